@@ -1,0 +1,52 @@
+"""``asrpt``: the command researchers and admins type.
+
+Sub-commands register themselves from small modules; each handler takes the parsed
+arguments and returns an exit code. Errors of ours (bad trace, bad config) print one line
+and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from asrpt.exceptions import AsrptError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from asrpt.cli import simulate
+
+    parser = argparse.ArgumentParser(prog="asrpt", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    simulate.add_parsers(commands)
+    for module_name, adder in (("asrpt.cli.db_commands", "add_db_parser"), ("asrpt.cli.predict_commands", "add_predict_parser")):
+        try:
+            module = __import__(module_name, fromlist=[adder])
+        except ImportError:
+            continue
+        getattr(module, adder)(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="asrpt: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except AsrptError as error:
+        print(f"asrpt: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

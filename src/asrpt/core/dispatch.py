@@ -1,0 +1,232 @@
+"""Turning an ordered pending queue into starts and holds on the real (heterogeneous) cluster.
+
+Every policy (A-SRPT and the baselines) ends here, so they differ only in the order they hand
+over and in what they believe a job's runtime to be; the placement and the rules of the road
+(head-of-line, backfill reservations, communication-heavy holds) are the same code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Literal, Mapping, Sequence
+
+from asrpt.core.model import ClusterSnapshot, Job, Node, Partition, Placement, RunningJob
+from asrpt.core.placement import best_placement
+from asrpt.core.speed import SpeedTable
+
+DispatchMode = Literal["strict", "backfill", "greedy"]
+DISPATCH_MODES: tuple[str, ...] = ("strict", "backfill", "greedy")
+
+#: ``runtime_s(job, iteration_time_s)`` -> what the policy believes the job will run, seconds;
+#: ``math.inf`` when it cannot say (such a job never backfills in front of a reservation).
+RuntimeEstimate = Callable[[Job, float], float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchOptions:
+    """Rules the dispatcher applies to the queue it is given.
+
+    ``strict``: the first job that does not fit blocks everything behind it (the A-SRPT paper's
+    analysed algorithm). ``backfill``: the first blocked job gets a reservation at the earliest
+    time it fits by predicted runtimes, and later jobs start only when they do not delay it.
+    ``greedy``: any job that fits starts (list scheduling, no reservation).
+    """
+
+    mode: DispatchMode = "backfill"
+    #: alpha(best placement now) / alpha_min at or above which a job is communication-heavy.
+    comm_heavy_ratio: float = 1.5
+    #: A communication-heavy job waits at most tau x its ideal runtime for a better placement.
+    comm_heavy_tau: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.mode not in DISPATCH_MODES:
+            raise ValueError(f"dispatch mode {self.mode!r} is not one of {', '.join(DISPATCH_MODES)}")
+        if self.comm_heavy_ratio < 1.0:
+            raise ValueError(f"comm_heavy_ratio must be >= 1, got {self.comm_heavy_ratio}")
+        if self.comm_heavy_tau < 0.0:
+            raise ValueError(f"comm_heavy_tau must be >= 0, got {self.comm_heavy_tau}")
+
+
+@dataclass(slots=True)
+class DispatchResult:
+    starts: list[Placement] = field(default_factory=list)
+    holds: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    #: Earliest time a hold expires (the policy must be asked again then).
+    wake_at_s: float = math.inf
+
+
+def expected_end_s(running: RunningJob, now_s: float, runtime_s: float) -> float:
+    """When a running job is expected to end; one that outlived its estimate gets its elapsed
+    time again (the doubling rule), so reservations never sit in the past."""
+    end_s = running.start_time_s + runtime_s
+    if end_s <= now_s:
+        end_s = now_s + max(now_s - running.start_time_s, 1.0)
+    return end_s
+
+
+class FreeCapacity:
+    """Free accelerators per node during one decision; starts are subtracted as they happen."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self._nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self.free_by_partition: dict[str, int] = {}
+        for n in nodes:
+            self.free_by_partition[n.partition] = self.free_by_partition.get(n.partition, 0) + n.accelerators_free
+        self._cache: tuple[Node, ...] | None = None
+
+    def nodes(self) -> tuple[Node, ...]:
+        if self._cache is None:
+            self._cache = tuple(self._nodes.values())
+        return self._cache
+
+    def total_free(self, partitions: Sequence[Partition], job: Job) -> int:
+        return sum(self.free_by_partition.get(p.name, 0) for p in partitions if job.allows(p))
+
+    def take(self, placement: Placement) -> None:
+        for name, count in placement.node_counts.items():
+            node = self._nodes[name]
+            if count > node.accelerators_free:
+                raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
+            self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
+            self.free_by_partition[node.partition] -= count
+        self._cache = None
+
+    def give(self, counts: Mapping[str, int]) -> None:
+        for name, count in counts.items():
+            node = self._nodes.get(name)
+            if node is None:
+                continue
+            freed = min(node.accelerators_free + count, node.accelerators_total)
+            self.free_by_partition[node.partition] += freed - node.accelerators_free
+            self._nodes[name] = replace(node, accelerators_free=freed)
+        self._cache = None
+
+    def copy(self) -> "FreeCapacity":
+        twin = FreeCapacity(())
+        twin._nodes = dict(self._nodes)
+        twin.free_by_partition = dict(self.free_by_partition)
+        return twin
+
+
+@dataclass(slots=True)
+class _Reservation:
+    """The blocked head's promised start: its placement at the shadow time."""
+
+    job_id: str
+    start_s: float
+    partition: str
+    #: Accelerators per node that later jobs may still use without delaying the head.
+    spare_by_node: dict[str, int]
+
+
+def _reserve(
+    head: Job,
+    snapshot: ClusterSnapshot,
+    free: FreeCapacity,
+    started: Sequence[tuple[Placement, float]],
+    now_s: float,
+    speed: SpeedTable,
+    runtime_s: RuntimeEstimate,
+) -> _Reservation | None:
+    """Earliest start of ``head`` as running jobs end by their estimates (EASY backfill)."""
+    releases: list[tuple[float, dict[str, int]]] = [
+        (expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), r.placement.node_counts)
+        for r in snapshot.running
+    ]
+    releases += [(end_s, p.node_counts) for p, end_s in started]
+    releases.sort(key=lambda item: item[0])
+    future = free.copy()
+    for end_s, counts in releases:
+        if math.isinf(end_s):
+            break
+        future.give(counts)
+        if future.total_free(snapshot.partitions, head) < head.accelerators:
+            continue
+        placement = best_placement(head, future.nodes(), snapshot.partitions, speed)
+        if placement is not None:
+            spare = {n.name: n.accelerators_free for n in future.nodes() if n.partition == placement.partition}
+            for name, count in placement.node_counts.items():
+                spare[name] -= count
+            return _Reservation(head.job_id, end_s, placement.partition, spare)
+    return None
+
+
+def _delays_reservation(placement: Placement, end_s: float, reservation: _Reservation) -> bool:
+    """A start delays the head if it still runs at the shadow time on accelerators the head needs."""
+    if end_s <= reservation.start_s or placement.partition != reservation.partition:
+        return False
+    return any(count > reservation.spare_by_node.get(name, 0) for name, count in placement.node_counts.items())
+
+
+def dispatch(
+    queue: Sequence[Job],
+    snapshot: ClusterSnapshot,
+    now_s: float,
+    *,
+    speed: SpeedTable,
+    options: DispatchOptions,
+    runtime_s: RuntimeEstimate,
+    alpha_min_s: Callable[[Job], float],
+    first_blocked_s: dict[str, float],
+) -> DispatchResult:
+    """Walk ``queue`` (most urgent first) and decide what starts now and what is held.
+
+    ``first_blocked_s`` remembers when each communication-heavy job was first held; the
+    caller keeps it between cycles (it is part of the policy state).
+    """
+    result = DispatchResult()
+    free = FreeCapacity(snapshot.nodes)
+    started: list[tuple[Placement, float]] = []
+    reservation: _Reservation | None = None
+    blocked_head: str | None = None
+    for position, job in enumerate(queue):
+        if blocked_head is not None and options.mode == "strict":
+            result.reasons[job.job_id] = f"behind blocked head {blocked_head} (strict order)"
+            continue
+        placement = None
+        if free.total_free(snapshot.partitions, job) >= job.accelerators:
+            placement = best_placement(job, free.nodes(), snapshot.partitions, speed)
+        if placement is None:
+            result.reasons[job.job_id] = f"waiting for {job.accelerators} accelerators (queue position {position + 1})"
+            if blocked_head is None:
+                blocked_head = job.job_id
+                if options.mode == "backfill":
+                    reservation = _reserve(job, snapshot, free, started, now_s, speed, runtime_s)
+                    if reservation is not None:
+                        result.reasons[job.job_id] += (
+                            f"; reserved on {reservation.partition} from t={reservation.start_s:.0f}s"
+                        )
+            continue
+        ideal_s = alpha_min_s(job)
+        ratio = placement.iteration_time_s / ideal_s if ideal_s > 0 else 1.0
+        if ratio >= options.comm_heavy_ratio and options.comm_heavy_tau > 0:
+            ideal_runtime_s = runtime_s(job, ideal_s)
+            first_s = first_blocked_s.setdefault(job.job_id, now_s)
+            deadline_s = first_s + options.comm_heavy_tau * ideal_runtime_s
+            if now_s < deadline_s:
+                result.holds.append(job.job_id)
+                result.wake_at_s = min(result.wake_at_s, deadline_s)
+                result.reasons[job.job_id] = (
+                    f"communication-heavy: best placement now is {ratio:.2f}x its ideal per-iteration "
+                    f"time; held until t={deadline_s:.0f}s for a consolidated placement"
+                )
+                continue
+        end_s = now_s + runtime_s(job, placement.iteration_time_s)
+        if reservation is not None and _delays_reservation(placement, end_s, reservation):
+            result.reasons[job.job_id] = f"would delay the reserved start of {reservation.job_id}"
+            continue
+        free.take(placement)
+        if reservation is not None and placement.partition == reservation.partition and end_s > reservation.start_s:
+            for name, count in placement.node_counts.items():
+                reservation.spare_by_node[name] -= count
+        started.append((placement, end_s))
+        result.starts.append(placement)
+        first_blocked_s.pop(job.job_id, None)
+        result.reasons[job.job_id] = (
+            f"starts now on {placement.partition} ({len(placement.node_counts)} node(s), "
+            f"{ratio:.2f}x ideal per-iteration time)"
+        )
+    return result
+

@@ -1,0 +1,57 @@
+"""Scheduling policies by name: A-SRPT and the baselines it is measured against."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from asrpt.core.dispatch import DispatchOptions
+from asrpt.core.policies.asrpt import ASRPTOptions, ASRPTPolicy
+from asrpt.core.policies.base import Policy
+from asrpt.core.policies.baselines import (
+    FifoPolicy,
+    MultifactorPolicy,
+    QssfPolicy,
+    SjfOraclePolicy,
+    SpwfPolicy,
+    TiresiasPolicy,
+)
+from asrpt.core.speed import SpeedTable
+
+
+def _asrpt(speed: SpeedTable, options: ASRPTOptions) -> Policy:
+    return ASRPTPolicy(speed, options, name="asrpt")
+
+
+def _asrpt_strict(speed: SpeedTable, options: ASRPTOptions) -> Policy:
+    strict = replace(options, dispatch=replace(options.dispatch, mode="strict"))
+    return ASRPTPolicy(speed, strict, name="asrpt-strict")
+
+
+def _asrpt_oracle(speed: SpeedTable, options: ASRPTOptions) -> Policy:
+    return ASRPTPolicy(speed, replace(options, use_true_iterations=True), name="asrpt-oracle")
+
+
+POLICIES: dict[str, Callable[[SpeedTable, ASRPTOptions], Policy]] = {
+    "asrpt": _asrpt,
+    "asrpt-strict": _asrpt_strict,
+    "asrpt-oracle": _asrpt_oracle,
+    "fifo": lambda speed, _o: FifoPolicy(speed),
+    "sjf-oracle": lambda speed, _o: SjfOraclePolicy(speed),
+    "spwf": lambda speed, _o: SpwfPolicy(speed),
+    "qssf": lambda speed, _o: QssfPolicy(speed),
+    "tiresias": lambda speed, _o: TiresiasPolicy(speed),
+    "multifactor": lambda speed, _o: MultifactorPolicy(speed),
+}
+
+
+def make_policy(name: str, speed: SpeedTable, options: ASRPTOptions | None = None) -> Policy:
+    """The policy called ``name``; A-SRPT variants take ``options`` (defaults otherwise)."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None
+    return factory(speed, options if options is not None else ASRPTOptions())
+
+
+__all__ = ["POLICIES", "ASRPTOptions", "ASRPTPolicy", "DispatchOptions", "Policy", "make_policy"]

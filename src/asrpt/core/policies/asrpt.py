@@ -1,0 +1,157 @@
+"""A-SRPT: dispatch real jobs in the completion order of a virtual single-machine SRPT."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.model import ClusterSnapshot, Decision, Job
+from asrpt.core.placement import alpha_min_s
+from asrpt.core.speed import SpeedTable
+from asrpt.core.srpt import VirtualSRPT, virtual_size_s
+
+QueueOrder = Literal["virtual_completion", "remaining"]
+QUEUE_ORDERS: tuple[str, ...] = ("virtual_completion", "remaining")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ASRPTOptions:
+    """Tunables of A-SRPT (each is a config key of the daemon and a simulator option).
+
+    ``queue_order``: ``virtual_completion`` (the paper: a job becomes dispatchable when the
+    virtual SRPT completes it; Q is ordered by virtual completion) or ``remaining`` (every
+    released job is dispatchable, ordered by remaining virtual work, no release gating).
+    ``use_true_iterations``: the oracle variant; reads ``Job.true_iterations``.
+    """
+
+    dispatch: DispatchOptions = DispatchOptions()
+    queue_order: QueueOrder = "virtual_completion"
+    use_true_iterations: bool = False
+
+    def __post_init__(self) -> None:
+        if self.queue_order not in QUEUE_ORDERS:
+            raise ValueError(f"queue_order {self.queue_order!r} is not one of {', '.join(QUEUE_ORDERS)}")
+
+
+@dataclass(slots=True)
+class ASRPTState:
+    """Survives between cycles (and, serialised, across daemon restarts)."""
+
+    machine: VirtualSRPT = field(default_factory=VirtualSRPT)
+    #: Current virtual size of every known pending job, seconds.
+    sizes_s: dict[str, float] = field(default_factory=dict)
+    #: Q: virtually complete, not yet started, in virtual completion order.
+    queue: list[str] = field(default_factory=list)
+    first_blocked_s: dict[str, float] = field(default_factory=dict)
+    #: alpha_min per job; derived, so not serialised.
+    alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine.to_dict(),
+            "sizes_s": dict(self.sizes_s),
+            "queue": list(self.queue),
+            "first_blocked_s": dict(self.first_blocked_s),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ASRPTState":
+        return cls(
+            machine=VirtualSRPT.from_dict(data.get("machine", {})),
+            sizes_s={str(k): float(v) for k, v in data.get("sizes_s", {}).items()},
+            queue=[str(j) for j in data.get("queue", [])],
+            first_blocked_s={str(k): float(v) for k, v in data.get("first_blocked_s", {}).items()},
+        )
+
+
+class ASRPTPolicy:
+    """Virtual SRPT for the order, Heavy-Edge for the place, the dispatcher for the rules."""
+
+    def __init__(self, speed: SpeedTable, options: ASRPTOptions = ASRPTOptions(), name: str = "asrpt") -> None:
+        self.speed = speed
+        self.options = options
+        self.name = name
+
+    def new_state(self) -> ASRPTState:
+        return ASRPTState()
+
+    def restore_state(self, data: dict[str, Any]) -> ASRPTState:
+        return ASRPTState.from_dict(data)
+
+    def iterations(self, job: Job) -> float:
+        """What the policy believes the job's iteration count is (unknown counts as 0: the
+        paper's treatment of unseen jobs, which lets them go first)."""
+        n = job.true_iterations if self.options.use_true_iterations else job.predicted_iterations
+        return float(n) if n is not None and n > 0 else 0.0
+
+    def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
+        capacity = sum(n.accelerators_total for n in snapshot.nodes)
+        pending = {job.job_id: job for job in snapshot.pending}
+        reasons: dict[str, str] = {}
+
+        for job_id in [j for j in state.sizes_s if j not in pending]:
+            state.machine.remove(job_id)
+            del state.sizes_s[job_id]
+            state.first_blocked_s.pop(job_id, None)
+            state.alpha_min_cache_s.pop(job_id, None)
+        if len(state.queue) != sum(1 for j in state.queue if j in pending):
+            state.queue = [j for j in state.queue if j in pending]
+
+        for job in snapshot.pending:
+            ideal_s = self._alpha_min_s(job, snapshot, state)
+            if math.isinf(ideal_s):
+                reasons[job.job_id] = "no partition it allows can ever hold it"
+                continue
+            size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
+            old_s = state.sizes_s.get(job.job_id)
+            if old_s is None:
+                state.machine.release(job.job_id, job.submit_time_s, size_s)
+                state.sizes_s[job.job_id] = size_s
+            elif old_s != size_s:
+                state.machine.resize(job.job_id, size_s, old_s)
+                state.sizes_s[job.job_id] = size_s
+
+        for _, job_id in state.machine.advance_to(now_s):
+            if job_id in pending:
+                state.queue.append(job_id)
+
+        still_virtual = state.machine.active_ids()
+        dispatchable = list(state.queue)
+        if self.options.queue_order == "remaining":
+            dispatchable += still_virtual
+        result = dispatch(
+            [pending[j] for j in dispatchable],
+            snapshot,
+            now_s,
+            speed=self.speed,
+            options=self.options.dispatch,
+            runtime_s=lambda job, alpha_s: self.iterations(job) * alpha_s,
+            alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
+            first_blocked_s=state.first_blocked_s,
+        )
+        reasons.update(result.reasons)
+        if self.options.queue_order == "virtual_completion":
+            for job_id in still_virtual:
+                remaining = state.machine.remaining_s(job_id) or 0.0
+                reasons[job_id] = (
+                    f"virtual SRPT: {remaining:.0f}s of virtual work left before it may start "
+                    f"(predicted {self.iterations(pending[job_id]):.0f} iterations)"
+                )
+        order = tuple(dispatchable) + (() if self.options.queue_order == "remaining" else tuple(still_virtual))
+        order += tuple(j for j in pending if j not in state.sizes_s)
+        return Decision(
+            order=order,
+            starts=tuple(result.starts),
+            holds=tuple(result.holds),
+            reasons=reasons,
+            wake_at_s=min(result.wake_at_s, state.machine.next_completion_s()),
+        )
+
+    def _alpha_min_s(self, job: Job, snapshot: ClusterSnapshot, state: ASRPTState) -> float:
+        cached = state.alpha_min_cache_s.get(job.job_id)
+        if cached is None:
+            cached = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
+            state.alpha_min_cache_s[job.job_id] = cached
+        return cached

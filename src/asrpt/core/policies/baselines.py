@@ -1,0 +1,293 @@
+"""The policies A-SRPT is measured against. All place with Heavy-Edge through the same
+dispatcher; they differ in the order they hand it and in the runtimes they believe."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.model import ClusterSnapshot, Decision, Job, Node
+from asrpt.core.placement import alpha_min_s
+from asrpt.core.speed import SpeedTable
+from asrpt.core.srpt import id_sort_key
+
+#: No comm-heavy holds: the baselines start what fits (A-SRPT's rule is its own contribution).
+NO_HOLDS = DispatchOptions(mode="backfill", comm_heavy_tau=0.0)
+
+
+@dataclass(slots=True)
+class OrderState:
+    """What an ordering baseline remembers: when each job was first seen running, finished
+    runtimes per group/user (QSSF), attained service (Tiresias), derived alpha_min."""
+
+    first_blocked_s: dict[str, float] = field(default_factory=dict)
+    alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
+    running_since_s: dict[str, tuple[float, str, str]] = field(default_factory=dict)
+    durations_by_group_s: dict[str, list[float]] = field(default_factory=dict)
+    durations_by_user_s: dict[str, list[float]] = field(default_factory=dict)
+    attained_gpu_s: dict[str, float] = field(default_factory=dict)
+    last_now_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first_blocked_s": dict(self.first_blocked_s),
+            "running_since_s": {k: list(v) for k, v in self.running_since_s.items()},
+            "durations_by_group_s": {k: list(v) for k, v in self.durations_by_group_s.items()},
+            "durations_by_user_s": {k: list(v) for k, v in self.durations_by_user_s.items()},
+            "attained_gpu_s": dict(self.attained_gpu_s),
+            "last_now_s": self.last_now_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "OrderState":
+        return cls(
+            first_blocked_s=dict(data.get("first_blocked_s", {})),
+            running_since_s={k: (float(v[0]), str(v[1]), str(v[2])) for k, v in data.get("running_since_s", {}).items()},
+            durations_by_group_s={k: list(v) for k, v in data.get("durations_by_group_s", {}).items()},
+            durations_by_user_s={k: list(v) for k, v in data.get("durations_by_user_s", {}).items()},
+            attained_gpu_s=dict(data.get("attained_gpu_s", {})),
+            last_now_s=data.get("last_now_s"),
+        )
+
+
+class OrderedPolicy:
+    """Sort pending jobs by ``key`` and dispatch them; subclasses supply the key and beliefs."""
+
+    name = "ordered"
+    options = NO_HOLDS
+
+    def __init__(self, speed: SpeedTable, options: DispatchOptions | None = None) -> None:
+        self.speed = speed
+        if options is not None:
+            self.options = options
+
+    def new_state(self) -> OrderState:
+        return OrderState()
+
+    def restore_state(self, data: dict[str, Any]) -> OrderState:
+        return OrderState.from_dict(data)
+
+    def key(self, job: Job, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Any:
+        raise NotImplementedError
+
+    def runtime_s(self, job: Job, iteration_time_s: float) -> float:
+        """What the policy believes a job runs; used for backfill reservations."""
+        n = job.predicted_iterations
+        return n * iteration_time_s if n is not None and n > 0 else math.inf
+
+    def alpha_min(self, job: Job, snapshot: ClusterSnapshot, state: OrderState) -> float:
+        cached = state.alpha_min_cache_s.get(job.job_id)
+        if cached is None:
+            cached = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
+            state.alpha_min_cache_s[job.job_id] = cached
+        return cached
+
+    def observe(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
+        """Learn from jobs that left the running set since the last cycle."""
+        running_now = {r.job.job_id for r in snapshot.running}
+        for job_id in [j for j in state.running_since_s if j not in running_now]:
+            start_s, group, user = state.running_since_s.pop(job_id)
+            if any(p.job_id == job_id for p in snapshot.pending):
+                continue  # preempted, not finished
+            for table, key in ((state.durations_by_group_s, group), (state.durations_by_user_s, user)):
+                if key:
+                    table.setdefault(key, []).append(now_s - start_s)
+            state.alpha_min_cache_s.pop(job_id, None)
+            state.attained_gpu_s.pop(job_id, None)
+        for r in snapshot.running:
+            state.running_since_s.setdefault(r.job.job_id, (r.start_time_s, r.job.group, r.job.user))
+
+    def decide(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
+        self.observe(snapshot, now_s, state)
+        return self.dispatch_queue(snapshot, now_s, state)
+
+    def dispatch_queue(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
+        """Order the pending jobs and hand them to the shared dispatcher."""
+        runnable = [j for j in snapshot.pending if not math.isinf(self.alpha_min(j, snapshot, state))]
+        queue = sorted(runnable, key=lambda j: self.key(j, snapshot, now_s, state))
+        result = dispatch(
+            queue,
+            snapshot,
+            now_s,
+            speed=self.speed,
+            options=self.options,
+            runtime_s=self.runtime_s,
+            alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
+            first_blocked_s=state.first_blocked_s,
+        )
+        order = tuple(j.job_id for j in queue)
+        if len(order) < len(snapshot.pending):
+            listed = set(order)
+            order += tuple(j.job_id for j in snapshot.pending if j.job_id not in listed)
+        return Decision(
+            order=order,
+            starts=tuple(result.starts),
+            holds=tuple(result.holds),
+            reasons=result.reasons,
+            wake_at_s=None if math.isinf(result.wake_at_s) else result.wake_at_s,
+        )
+
+
+def _arrival_key(job: Job) -> tuple[float, tuple[int, int, str]]:
+    return (job.submit_time_s, id_sort_key(job.job_id))
+
+
+class FifoPolicy(OrderedPolicy):
+    """First come, first served; the head blocks (no backfill)."""
+
+    name = "fifo"
+    options = DispatchOptions(mode="strict", comm_heavy_tau=0.0)
+
+    def key(self, job, snapshot, now_s, state):
+        return _arrival_key(job)
+
+
+class SjfOraclePolicy(OrderedPolicy):
+    """Shortest true runtime (at the ideal placement) first: knows the future."""
+
+    name = "sjf-oracle"
+
+    def runtime_s(self, job: Job, iteration_time_s: float) -> float:
+        return (job.true_iterations or 0.0) * iteration_time_s
+
+    def key(self, job, snapshot, now_s, state):
+        return (self.runtime_s(job, self.alpha_min(job, snapshot, state)), _arrival_key(job))
+
+
+class SpwfPolicy(OrderedPolicy):
+    """Shortest predicted work first: accelerators x predicted iterations x alpha_min."""
+
+    name = "spwf"
+
+    def key(self, job, snapshot, now_s, state):
+        n = job.predicted_iterations or 0.0
+        return (job.accelerators * n * self.alpha_min(job, snapshot, state), _arrival_key(job))
+
+
+class QssfPolicy(OrderedPolicy):
+    """Helios' Quasi-Shortest-Service-First: accelerators x a runtime estimate from the
+    policy's own history of finished runs (group, then user, then a default)."""
+
+    name = "qssf"
+
+    def __init__(self, speed: SpeedTable, options: DispatchOptions | None = None, default_runtime_s: float = 3600.0):
+        super().__init__(speed, options)
+        self.default_runtime_s = default_runtime_s
+
+    def estimate_s(self, job: Job, state: OrderState) -> float:
+        for table, key in ((state.durations_by_group_s, job.group), (state.durations_by_user_s, job.user)):
+            seen = table.get(key) if key else None
+            if seen:
+                return statistics.median(seen[-20:])
+        return self.default_runtime_s
+
+    def key(self, job, snapshot, now_s, state):
+        return (job.accelerators * self.estimate_s(job, state), _arrival_key(job))
+
+
+class MultifactorPolicy(OrderedPolicy):
+    """Slurm's multifactor priority (age + job size, favouring large jobs as Slurm's default)
+    with EASY backfill on the users' requested time limits."""
+
+    name = "multifactor"
+
+    def __init__(
+        self,
+        speed: SpeedTable,
+        options: DispatchOptions | None = None,
+        weight_age: float = 1000.0,
+        weight_size: float = 1000.0,
+        max_age_s: float = 7 * 86400.0,
+    ) -> None:
+        super().__init__(speed, options)
+        self.weight_age = weight_age
+        self.weight_size = weight_size
+        self.max_age_s = max_age_s
+
+    def runtime_s(self, job: Job, iteration_time_s: float) -> float:
+        return job.time_limit_s if job.time_limit_s is not None else math.inf
+
+    def key(self, job, snapshot, now_s, state):
+        capacity = sum(n.accelerators_total for n in snapshot.nodes) or 1
+        age = min(max(now_s - job.submit_time_s, 0.0) / self.max_age_s, 1.0)
+        priority = self.weight_age * age + self.weight_size * job.accelerators / capacity
+        return (-priority, _arrival_key(job))
+
+
+class TiresiasPolicy(OrderedPolicy):
+    """Discretised 2D-LAS (Tiresias): queues by attained accelerator-seconds, FIFO inside a
+    queue, and running jobs of a lower queue are preempted for waiting jobs of a higher one."""
+
+    name = "tiresias"
+    options = DispatchOptions(mode="greedy", comm_heavy_tau=0.0)
+
+    def __init__(
+        self,
+        speed: SpeedTable,
+        options: DispatchOptions | None = None,
+        queue_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0),
+    ) -> None:
+        super().__init__(speed, options)
+        self.queue_thresholds_gpu_s = queue_thresholds_gpu_s
+
+    def level(self, job_id: str, state: OrderState) -> int:
+        attained = state.attained_gpu_s.get(job_id, 0.0)
+        return sum(1 for limit in self.queue_thresholds_gpu_s if attained >= limit)
+
+    def key(self, job, snapshot, now_s, state):
+        return (self.level(job.job_id, state), _arrival_key(job))
+
+    def decide(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
+        if state.last_now_s is not None:
+            elapsed_s = max(now_s - state.last_now_s, 0.0)
+            for r in snapshot.running:
+                state.attained_gpu_s[r.job.job_id] = state.attained_gpu_s.get(r.job.job_id, 0.0) + elapsed_s * r.job.accelerators
+        state.last_now_s = now_s
+        self.observe(snapshot, now_s, state)
+        capacity = sum(n.accelerators_total for n in snapshot.nodes)
+        everyone = [(self.key(r.job, snapshot, now_s, state), r.job, r) for r in snapshot.running]
+        everyone += [
+            (self.key(j, snapshot, now_s, state), j, None)
+            for j in snapshot.pending
+            if not math.isinf(self.alpha_min(j, snapshot, state))
+        ]
+        everyone.sort(key=lambda item: item[0])
+        budget = capacity
+        wanted_pending = False
+        preempt: list[str] = []
+        for _key, job, running in everyone:
+            fits = job.accelerators <= budget
+            if fits:
+                budget -= job.accelerators
+                wanted_pending = wanted_pending or running is None
+            elif running is not None:
+                preempt.append(job.job_id)
+        if not wanted_pending:
+            preempt = []
+        if preempt:
+            snapshot = _without_running(snapshot, set(preempt))
+        decision = self.dispatch_queue(snapshot, now_s, state)
+        return replace(decision, preempts=tuple(preempt))
+
+
+def _without_running(snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSnapshot:
+    """The snapshot as it is once ``job_ids`` have been stopped and requeued."""
+    freed: dict[str, int] = {}
+    kept = []
+    requeued = []
+    for r in snapshot.running:
+        if r.job.job_id in job_ids:
+            requeued.append(r.job)
+            for name, count in r.placement.node_counts.items():
+                freed[name] = freed.get(name, 0) + count
+        else:
+            kept.append(r)
+    nodes: list[Node] = [
+        replace(n, accelerators_free=n.accelerators_free + freed[n.name]) if n.name in freed else n for n in snapshot.nodes
+    ]
+    # Requeued jobs are not started again in the same cycle: they wait behind what displaced them.
+    return replace(snapshot, nodes=tuple(nodes), running=tuple(kept))
+

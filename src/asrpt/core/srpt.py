@@ -1,0 +1,205 @@
+"""Online preemptive SRPT on A-SRPT's virtual single machine.
+
+The whole cluster is folded into one machine that does G accelerator-seconds of work per
+second, so job i takes ``p_i = (g_i / G) * n_i * alpha_i_min`` seconds on it. Preemptive SRPT
+is optimal for total completion time on one machine; the order in which it completes jobs is
+the order A-SRPT dispatches them in (the pending queue Q), and its total completion time with
+true sizes is a lower bound on any real schedule's.
+
+The machine is advanced event by event (arrivals, completions), so a daemon that looks every
+30 s and a simulator that looks at every arrival compute the same virtual schedule.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+_INF = math.inf
+
+
+def id_sort_key(job_id: str) -> tuple[int, int, str]:
+    """Numeric ids in numeric order (Slurm's ``9`` before ``10``), then the rest by text."""
+    if job_id.isdigit():
+        return (0, int(job_id), "")
+    return (1, 0, job_id)
+
+
+def virtual_size_s(accelerators: int, iterations: float, alpha_min_s: float, capacity: int) -> float:
+    """A job's length on the virtual machine: (g / G) * n * alpha_min."""
+    if capacity <= 0:
+        raise ValueError(f"virtual machine capacity must be positive, got {capacity}")
+    return (accelerators / capacity) * max(iterations, 0.0) * alpha_min_s
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A heap entry; ``valid`` is cleared instead of deleting (lazy removal)."""
+
+    remaining_s: float
+    release_s: float
+    tie: tuple[int, int, str]
+    job_id: str
+    valid: bool = True
+
+    def __lt__(self, other: "_Entry") -> bool:
+        return (self.remaining_s, self.release_s, self.tie) < (
+            other.remaining_s,
+            other.release_s,
+            other.tie,
+        )
+
+
+class VirtualSRPT:
+    """The virtual machine's state: released jobs' remaining work and the completion order.
+
+    Ties break by earlier release, then smaller job id. Only the job at the top of the heap
+    runs, so only its remaining time changes while time advances.
+    """
+
+    def __init__(self, clock_s: float = -_INF) -> None:
+        self.clock_s = clock_s
+        self._heap: list[_Entry] = []
+        self._entries: dict[str, _Entry] = {}
+        #: Virtual completions in order: (completion time, job id).
+        self.completed: list[tuple[float, str]] = []
+        self._pending_arrivals: list[tuple[float, tuple[int, int, str], str, float]] = []
+
+    # -- feeding ---------------------------------------------------------------------------
+    def release(self, job_id: str, release_s: float, size_s: float) -> None:
+        """Announce a job; it joins the machine at ``release_s`` (clamped to the clock)."""
+        if job_id in self._entries or any(a[2] == job_id for a in self._pending_arrivals):
+            raise ValueError(f"job {job_id} already released")
+        if size_s < 0 or math.isnan(size_s):
+            raise ValueError(f"job {job_id}: virtual size must be >= 0, got {size_s}")
+        heapq.heappush(
+            self._pending_arrivals, (max(release_s, self.clock_s), id_sort_key(job_id), job_id, size_s)
+        )
+
+    def resize(self, job_id: str, new_size_s: float, old_size_s: float) -> None:
+        """A prediction changed: shift the remaining work by the difference (never below 0)."""
+        for i, (rel, tie, jid, size) in enumerate(self._pending_arrivals):
+            if jid == job_id:
+                self._pending_arrivals[i] = (rel, tie, jid, new_size_s)
+                return
+        entry = self._entries.get(job_id)
+        if entry is None:
+            return  # already virtually complete: its place in Q stays
+        remaining = max(entry.remaining_s + (new_size_s - old_size_s), 0.0)
+        entry.valid = False
+        self._push(job_id, remaining, entry.release_s)
+
+    def remove(self, job_id: str) -> None:
+        """Forget a job (cancelled, or started in the real cluster before its virtual end)."""
+        entry = self._entries.pop(job_id, None)
+        if entry is not None:
+            entry.valid = False
+        self._pending_arrivals = [a for a in self._pending_arrivals if a[2] != job_id]
+        heapq.heapify(self._pending_arrivals)
+
+    # -- running ---------------------------------------------------------------------------
+    def advance_to(self, now_s: float) -> list[tuple[float, str]]:
+        """Run the machine up to ``now_s``; returns the completions that happened on the way."""
+        if now_s < self.clock_s:
+            raise ValueError(f"virtual clock cannot go back from {self.clock_s} to {now_s}")
+        done: list[tuple[float, str]] = []
+        while True:
+            next_arrival_s = self._pending_arrivals[0][0] if self._pending_arrivals else _INF
+            head = self._head()
+            if self.clock_s == -_INF:
+                self.clock_s = min(next_arrival_s, now_s)
+            if head is not None:
+                finish_s = self.clock_s + head.remaining_s
+                if finish_s <= min(next_arrival_s, now_s):
+                    self.clock_s = finish_s
+                    heapq.heappop(self._heap)
+                    del self._entries[head.job_id]
+                    done.append((finish_s, head.job_id))
+                    continue
+            step_to_s = min(next_arrival_s, now_s)
+            if head is not None:
+                head.remaining_s -= step_to_s - self.clock_s  # key only shrinks: heap stays valid
+            self.clock_s = step_to_s
+            if self._pending_arrivals and next_arrival_s <= now_s:
+                rel, _tie, job_id, size = heapq.heappop(self._pending_arrivals)
+                self._push(job_id, size, rel)
+                continue
+            break
+        self.completed.extend(done)
+        return done
+
+    def next_completion_s(self) -> float:
+        """When the head completes if nothing else arrives (the policy's next wake-up)."""
+        head = self._head()
+        return _INF if head is None else self.clock_s + head.remaining_s
+
+    def remaining_s(self, job_id: str) -> float | None:
+        """Remaining virtual work; 0 once complete, None if unknown."""
+        entry = self._entries.get(job_id)
+        if entry is not None:
+            return entry.remaining_s
+        for rel, _tie, jid, size in self._pending_arrivals:
+            if jid == job_id:
+                return size
+        return 0.0 if any(jid == job_id for _, jid in self.completed) else None
+
+    def active_ids(self) -> list[str]:
+        """Released, not yet virtually complete, in SRPT order."""
+        live = sorted(e for e in self._heap if e.valid)
+        waiting = [a[2] for a in sorted(self._pending_arrivals)]
+        return [e.job_id for e in live] + waiting
+
+    def _head(self) -> _Entry | None:
+        while self._heap and not self._heap[0].valid:
+            heapq.heappop(self._heap)
+        return self._heap[0] if self._heap else None
+
+    def _push(self, job_id: str, remaining_s: float, release_s: float) -> None:
+        entry = _Entry(remaining_s, release_s, id_sort_key(job_id), job_id)
+        self._entries[job_id] = entry
+        heapq.heappush(self._heap, entry)
+
+    # -- persistence -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clock_s": None if self.clock_s == -_INF else self.clock_s,
+            "active": [[e.job_id, e.remaining_s, e.release_s] for e in self._heap if e.valid],
+            "arrivals": [[jid, rel, size] for rel, _t, jid, size in self._pending_arrivals],
+            "completed": [[t, jid] for t, jid in self.completed],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VirtualSRPT":
+        clock = data.get("clock_s")
+        machine = cls(-_INF if clock is None else float(clock))
+        for job_id, remaining, release in data.get("active", []):
+            machine._push(str(job_id), float(remaining), float(release))
+        for job_id, release, size in data.get("arrivals", []):
+            heapq.heappush(
+                machine._pending_arrivals, (float(release), id_sort_key(str(job_id)), str(job_id), float(size))
+            )
+        machine.completed = [(float(t), str(j)) for t, j in data.get("completed", [])]
+        return machine
+
+
+def srpt_completion_times(jobs: Iterable[tuple[str, float, float]]) -> dict[str, float]:
+    """Virtual completion time of each ``(job_id, release_s, size_s)`` under preemptive SRPT."""
+    machine = VirtualSRPT()
+    for job_id, release_s, size_s in jobs:
+        machine.release(job_id, release_s, size_s)
+    machine.advance_to(_INF)
+    return {job_id: t for t, job_id in machine.completed}
+
+
+def srpt_lower_bound_total_jct_s(jobs: Iterable[tuple[str, float, float]]) -> float:
+    """Sum over jobs of (virtual completion - release) with true sizes.
+
+    Any real schedule on G accelerators can be turned into a single-machine schedule of speed G
+    in which no job finishes later, and SRPT minimises total completion time there, so this is a
+    lower bound on the real total JCT.
+    """
+    listed = list(jobs)
+    done = srpt_completion_times(listed)
+    return sum(done[job_id] - release_s for job_id, release_s, _ in listed)

@@ -1,0 +1,148 @@
+"""``SimCluster``: a backend that does with a decision what slurmctld would, in simulated time.
+
+The policy decides which jobs start where; Slurm would then start exactly those (the daemon
+pins them with priorities, node lists and holds). So this backend starts ``decision.starts``
+on their placements at once, ignores holds (a held job simply is not started), and requeues
+preempted jobs with the iterations they have left. A job's true end is its start plus its
+true iterations times the per-iteration time of its placement.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+from asrpt.core.model import ClusterSnapshot, Decision, Job, Node, Partition, RunningJob
+
+
+class Oversubscribed(RuntimeError):
+    """A decision asked for accelerators that are not free: a policy bug, never hidden."""
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job, for the metrics."""
+
+    job: Job
+    first_start_s: float | None = None
+    end_s: float | None = None
+    preemptions: int = 0
+    #: Accelerator-seconds of service received (run time x accelerators, over all runs).
+    service_s: float = 0.0
+    #: Partition of each run, in order.
+    partitions: list[str] = field(default_factory=list)
+
+
+class SimCluster:
+    def __init__(self, partitions: Sequence[Partition], nodes: Sequence[Node]) -> None:
+        self.partitions = tuple(partitions)
+        self._nodes: dict[str, Node] = {n.name: replace(n, accelerators_free=n.accelerators_total) for n in nodes}
+        self._node_tuple: tuple[Node, ...] | None = None
+        self.now_s = 0.0
+        self.pending: dict[str, Job] = {}
+        self.running: dict[str, RunningJob] = {}
+        #: (true end time, job id, start time): the next completions.
+        self._ends: list[tuple[float, str, float]] = []
+        self.records: dict[str, JobRecord] = {}
+        self._pending_tuple: tuple[Job, ...] | None = None
+
+    # -- driven by the engine ----------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        if job.job_id in self.records:
+            raise ValueError(f"job {job.job_id} submitted twice")
+        self.records[job.job_id] = JobRecord(job)
+        self.pending[job.job_id] = job
+        self._pending_tuple = None
+
+    def next_end_s(self) -> float:
+        return self._ends[0][0] if self._ends else float("inf")
+
+    def finish_until(self, t_s: float) -> list[RunningJob]:
+        """Complete every job whose true end is at or before ``t_s``; returns them."""
+        finished: list[RunningJob] = []
+        while self._ends and self._ends[0][0] <= t_s:
+            end_s, job_id, start_s = heapq.heappop(self._ends)
+            running = self.running.get(job_id)
+            if running is None or running.start_time_s != start_s:
+                continue  # stale entry of a preempted run
+            del self.running[job_id]
+            self._release(running)
+            record = self.records[job_id]
+            record.end_s = end_s
+            record.service_s += (end_s - start_s) * running.job.accelerators
+            finished.append(running)
+        return finished
+
+    def accelerators_total(self) -> int:
+        return sum(n.accelerators_total for n in self._nodes.values())
+
+    # -- ClusterBackend ----------------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        if self._node_tuple is None:
+            self._node_tuple = tuple(self._nodes.values())
+        if self._pending_tuple is None:
+            self._pending_tuple = tuple(self.pending.values())
+        return ClusterSnapshot(
+            partitions=self.partitions,
+            nodes=self._node_tuple,
+            pending=self._pending_tuple,
+            running=tuple(self.running.values()),
+        )
+
+    def apply(self, decision: Decision) -> None:
+        for job_id in decision.preempts:
+            self._preempt(job_id)
+        for placement in decision.starts:
+            job = self.pending.get(placement.job_id)
+            if job is None:
+                raise ValueError(f"decision starts {placement.job_id}, which is not pending")
+            if len(placement.worker_nodes) != job.accelerators:
+                raise Oversubscribed(
+                    f"job {job.job_id} needs {job.accelerators} accelerators, placement gives "
+                    f"{len(placement.worker_nodes)} (gang scheduling violated)"
+                )
+            for name, count in placement.node_counts.items():
+                node = self._nodes[name]
+                if node.partition != placement.partition or count > node.accelerators_free:
+                    raise Oversubscribed(
+                        f"job {job.job_id} wants {count} on {name} ({node.partition}) with "
+                        f"{node.accelerators_free} free"
+                    )
+                self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
+            self._node_tuple = None
+            del self.pending[job.job_id]
+            self._pending_tuple = None
+            running = RunningJob(job=job, placement=placement, start_time_s=self.now_s)
+            self.running[job.job_id] = running
+            record = self.records[job.job_id]
+            if record.first_start_s is None:
+                record.first_start_s = self.now_s
+            record.partitions.append(placement.partition)
+            true_n = job.true_iterations if job.true_iterations is not None else 0.0
+            heapq.heappush(self._ends, (self.now_s + true_n * placement.iteration_time_s, job.job_id, self.now_s))
+
+    # -- internals ---------------------------------------------------------------------------
+    def _release(self, running: RunningJob) -> None:
+        for name, count in running.placement.node_counts.items():
+            node = self._nodes[name]
+            self._nodes[name] = replace(node, accelerators_free=node.accelerators_free + count)
+        self._node_tuple = None
+
+    def _preempt(self, job_id: str) -> None:
+        running = self.running.pop(job_id, None)
+        if running is None:
+            raise ValueError(f"decision preempts {job_id}, which is not running")
+        self._release(running)
+        ran_s = self.now_s - running.start_time_s
+        done_n = ran_s / running.placement.iteration_time_s if running.placement.iteration_time_s > 0 else 0.0
+        job = running.job
+        left_n = max((job.true_iterations or 0.0) - done_n, 0.0)
+        predicted = job.predicted_iterations
+        if predicted is not None:
+            predicted = max(predicted - done_n, 0.0)
+        record = self.records[job_id]
+        record.preemptions += 1
+        record.service_s += ran_s * job.accelerators
+        self.pending[job_id] = replace(job, true_iterations=left_n, predicted_iterations=predicted)
+        self._pending_tuple = None

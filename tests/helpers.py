@@ -1,0 +1,38 @@
+"""Small builders shared by tests (plain functions, no fixtures magic)."""
+
+from __future__ import annotations
+
+from asrpt.core.model import Job, Node, ParallelConfig, Partition
+from asrpt.core.speed import SpeedTable, WorkloadProfile
+
+
+def flat_speed_table(step_time_s: float = 1.0, accelerators: tuple[str, ...] = ("gpu",)) -> SpeedTable:
+    """One workload class that does not communicate: alpha == step time on every placement."""
+    return SpeedTable(
+        workload_classes=["flat"],
+        accelerators=list(accelerators),
+        step_time_s=[[step_time_s] * len(accelerators)],
+        profiles={"flat": WorkloadProfile(name="flat", params_gb=0.0, activation_gb_per_microbatch=0.0, tp_allreduce_gb_per_microbatch=0.0)},
+    )
+
+
+def partition_nodes(partition: str, accelerator: str, count: int, per_node: int) -> tuple[Partition, tuple[Node, ...]]:
+    return (
+        Partition(name=partition, accelerator=accelerator),
+        tuple(
+            Node(name=f"{partition}-{i:03d}", partition=partition, accelerator=accelerator, accelerators_total=per_node, accelerators_free=per_node)
+            for i in range(count)
+        ),
+    )
+
+
+def flat_job(job_id: str, accelerators: int, iterations: float, submit_s: float = 0.0, **extra) -> Job:
+    return Job(
+        job_id=job_id,
+        submit_time_s=submit_s,
+        parallel=ParallelConfig.data_parallel(accelerators),
+        workload_class="flat",
+        true_iterations=iterations,
+        predicted_iterations=iterations,
+        **extra,
+    )

@@ -1,0 +1,80 @@
+"""Invariants every policy keeps on random workloads and random heterogeneous clusters.
+
+SimCluster refuses oversubscription and partial gangs (it raises), so reaching the end of a
+replay already proves those; the checks here add: every job finishes exactly once, never
+before its ideal runtime allows, and only on partitions it allows.
+"""
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from asrpt.core.model import Job, Node, ParallelConfig, Partition
+from asrpt.core.placement import alpha_min_s
+from asrpt.core.policies import POLICIES, make_policy
+from asrpt.core.speed import default_speed_table
+from asrpt.sim.engine import simulate
+from asrpt.sim.metrics import policy_metrics
+from asrpt.sim.predictors import GroupHistoryPredictions
+
+SPEED = default_speed_table()
+CLASSES = SPEED.workload_classes
+
+
+@st.composite
+def clusters(draw):
+    partitions, nodes = [], []
+    for index, accelerator in enumerate(draw(st.lists(st.sampled_from(["a100", "v100", "t4"]), min_size=1, max_size=3, unique=True))):
+        name = f"p{index}"
+        partitions.append(Partition(name=name, accelerator=accelerator))
+        per_node = draw(st.sampled_from([2, 4, 8]))
+        for n in range(draw(st.integers(1, 3))):
+            nodes.append(Node(name=f"{name}-{n}", partition=name, accelerator=accelerator, accelerators_total=per_node, accelerators_free=per_node))
+    return partitions, nodes
+
+
+@st.composite
+def workloads(draw, partitions):
+    jobs = []
+    names = [p.name for p in partitions]
+    for i in range(draw(st.integers(1, 14))):
+        d, p, t = draw(st.sampled_from([(1, 1, 1), (2, 1, 1), (1, 1, 2), (4, 1, 1), (2, 1, 2), (1, 2, 2), (2, 2, 1), (8, 1, 1)]))
+        allowed = tuple(draw(st.lists(st.sampled_from(names), max_size=2, unique=True)))
+        iterations = draw(st.floats(1.0, 5000.0))
+        predicted = draw(st.one_of(st.none(), st.floats(0.0, 5000.0)))
+        jobs.append(
+            Job(
+                job_id=str(i),
+                submit_time_s=draw(st.floats(0.0, 2000.0)),
+                parallel=ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=2 if p > 1 else 1),
+                workload_class=draw(st.sampled_from(CLASSES)),
+                group=f"g{draw(st.integers(0, 3))}",
+                user=f"u{draw(st.integers(0, 2))}",
+                allowed_partitions=allowed,
+                true_iterations=iterations,
+                predicted_iterations=predicted,
+                time_limit_s=draw(st.one_of(st.none(), st.floats(10.0, 1e6))),
+            )
+        )
+    return jobs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), policy_name=st.sampled_from(sorted(POLICIES)))
+def test_every_policy_keeps_the_invariants(data, policy_name):
+    partitions, nodes = data.draw(clusters())
+    jobs = [j for j in data.draw(workloads(partitions)) if not math.isinf(alpha_min_s(j, partitions, nodes, SPEED))]
+    if not jobs:
+        return
+    result = simulate(jobs, partitions, nodes, make_policy(policy_name, SPEED), GroupHistoryPredictions())
+    policy_metrics(result)  # raises JobLost if any job did not finish
+    assert set(result.records) == {j.job_id for j in jobs}
+    by_name = {p.name: p for p in partitions}
+    for job in jobs:
+        record = result.records[job.job_id]
+        assert record.first_start_s >= job.submit_time_s
+        ideal_s = job.true_iterations * alpha_min_s(job, partitions, nodes, SPEED)
+        assert record.end_s - job.submit_time_s >= ideal_s * (1 - 1e-9)
+        for name in record.partitions:
+            assert job.allows(by_name[name])

@@ -77,12 +77,17 @@ class FreeCapacity:
         self._cache: tuple[Node, ...] | None = None
 
     def nodes(self) -> tuple[Node, ...]:
+        """Nodes with at least one free accelerator (the only ones placement can use)."""
         if self._cache is None:
-            self._cache = tuple(self._nodes.values())
+            self._cache = tuple(n for n in self._nodes.values() if n.accelerators_free > 0)
         return self._cache
 
     def total_free(self, partitions: Sequence[Partition], job: Job) -> int:
+        """Free accelerators on the partitions ``job`` allows."""
         return sum(self.free_by_partition.get(p.name, 0) for p in partitions if job.allows(p))
+
+    def any_free(self) -> bool:
+        return any(count > 0 for count in self.free_by_partition.values())
 
     def take(self, placement: Placement) -> None:
         for name, count in placement.node_counts.items():
@@ -173,7 +178,8 @@ def dispatch(
 ) -> DispatchResult:
     """Walk ``queue`` (most urgent first) and decide what starts now and what is held.
 
-    ``first_blocked_s`` remembers when each communication-heavy job was first held; the
+    Jobs the walk never reaches (behind a strict head, or once the cluster is full) get no
+    reason: their place in the order is the reason. ``first_blocked_s`` remembers when each communication-heavy job was first held; the
     caller keeps it between cycles (it is part of the policy state).
     """
     result = DispatchResult()
@@ -183,8 +189,9 @@ def dispatch(
     blocked_head: str | None = None
     for position, job in enumerate(queue):
         if blocked_head is not None and options.mode == "strict":
-            result.reasons[job.job_id] = f"behind blocked head {blocked_head} (strict order)"
-            continue
+            break  # everything behind the head waits; `asrpt explain` derives that from the order
+        if not free.any_free():
+            break  # nothing more can start this cycle
         placement = None
         if free.total_free(snapshot.partitions, job) >= job.accelerators:
             placement = best_placement(job, free.nodes(), snapshot.partitions, speed)

@@ -8,6 +8,7 @@ the core does not care), bandwidths in gigabytes per second, sizes in gigabytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Mapping
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,12 +72,20 @@ class Job:
 
     def allows(self, partition: "Partition") -> bool:
         """Whether the job may run on ``partition`` (by name and by accelerator type)."""
-        if self.allowed_partitions and partition.name not in self.allowed_partitions:
-            return False
-        if self.allowed_accelerators:
-            wanted = {a.lower() for a in self.allowed_accelerators}
-            return partition.accelerator.lower() in wanted or partition.name.lower() in wanted
-        return True
+        if not self.allowed_partitions and not self.allowed_accelerators:
+            return True
+        return _allows(self.allowed_partitions, self.allowed_accelerators, partition.name, partition.accelerator)
+
+
+@lru_cache(maxsize=4096)
+def _allows(partitions: tuple[str, ...], accelerators: tuple[str, ...], name: str, accelerator: str) -> bool:
+    """Cached: the same few restrictions are checked against the same partitions very often."""
+    if partitions and name not in partitions:
+        return False
+    if accelerators:
+        wanted = {a.lower() for a in accelerators}
+        return accelerator.lower() in wanted or name.lower() in wanted
+    return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,14 +128,14 @@ class Placement:
     iteration_time_s: float
     #: Bytes per iteration that cross nodes (the cut weight), GB.
     cut_gb: float = 0.0
+    #: Accelerators taken on each node (derived from ``worker_nodes``; read-only by convention).
+    node_counts: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
-    @property
-    def node_counts(self) -> dict[str, int]:
-        """Accelerators taken on each node."""
+    def __post_init__(self) -> None:
         counts: dict[str, int] = {}
         for node in self.worker_nodes:
             counts[node] = counts.get(node, 0) + 1
-        return counts
+        object.__setattr__(self, "node_counts", counts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -47,6 +47,8 @@ class ASRPTState:
     first_blocked_s: dict[str, float] = field(default_factory=dict)
     #: alpha_min per job; derived, so not serialised.
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
+    #: The Job object last seen per pending id, to skip unchanged jobs; derived, not serialised.
+    seen: dict[str, Job] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,14 +94,19 @@ class ASRPTPolicy:
         reasons: dict[str, str] = {}
 
         for job_id in [j for j in state.sizes_s if j not in pending]:
-            state.machine.remove(job_id)
             del state.sizes_s[job_id]
+            state.machine.remove(job_id)
             state.first_blocked_s.pop(job_id, None)
+        for job_id in [j for j in state.seen if j not in pending]:
+            del state.seen[job_id]
             state.alpha_min_cache_s.pop(job_id, None)
         if len(state.queue) != sum(1 for j in state.queue if j in pending):
             state.queue = [j for j in state.queue if j in pending]
 
         for job in snapshot.pending:
+            if state.seen.get(job.job_id) is job:
+                continue  # unchanged since the last cycle
+            state.seen[job.job_id] = job
             ideal_s = self._alpha_min_s(job, snapshot, state)
             if math.isinf(ideal_s):
                 reasons[job.job_id] = "no partition it allows can ever hold it"
@@ -132,13 +139,6 @@ class ASRPTPolicy:
             first_blocked_s=state.first_blocked_s,
         )
         reasons.update(result.reasons)
-        if self.options.queue_order == "virtual_completion":
-            for job_id in still_virtual:
-                remaining = state.machine.remaining_s(job_id) or 0.0
-                reasons[job_id] = (
-                    f"virtual SRPT: {remaining:.0f}s of virtual work left before it may start "
-                    f"(predicted {self.iterations(pending[job_id]):.0f} iterations)"
-                )
         order = tuple(dispatchable) + (() if self.options.queue_order == "remaining" else tuple(still_virtual))
         order += tuple(j for j in pending if j not in state.sizes_s)
         return Decision(

@@ -1,0 +1,105 @@
+"""A-SRPT policy: order, oracle/unseen treatment, and a restart that continues the same schedule."""
+
+import json
+import random
+
+import pytest
+
+from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig
+from asrpt.core.policies import POLICIES, make_policy
+from asrpt.core.policies.asrpt import ASRPTOptions, ASRPTPolicy
+from asrpt.core.speed import default_speed_table
+from asrpt.sim.engine import simulate
+from asrpt.sim.predictors import GroupHistoryPredictions, OraclePredictions
+from tests.helpers import flat_job, flat_speed_table, partition_nodes
+
+SPEED = default_speed_table()
+
+
+def test_shorter_predicted_work_goes_first_on_an_idle_cluster():
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    jobs = [flat_job("long", 1, 1000.0), flat_job("short", 1, 10.0), flat_job("mid", 1, 100.0)]
+    result = simulate(jobs, [partition], nodes, ASRPTPolicy(speed), OraclePredictions())
+    starts = sorted(result.records.values(), key=lambda r: r.first_start_s)
+    assert [r.job.job_id for r in starts] == ["short", "mid", "long"]
+
+
+def test_unseen_jobs_predict_zero_and_go_first():
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    snapshot = ClusterSnapshot(
+        partitions=(partition,),
+        nodes=nodes,
+        pending=(
+            flat_job("known", 1, 10.0),
+            Job(job_id="new", submit_time_s=0.0, parallel=ParallelConfig(), workload_class="flat", true_iterations=500.0),
+        ),
+    )
+    policy = ASRPTPolicy(speed)
+    decision = policy.decide(snapshot, 0.0, policy.new_state())
+    assert decision.order[0] == "new" and [p.job_id for p in decision.starts] == ["new"]
+
+
+def test_oracle_reads_true_iterations():
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    lying = Job(
+        job_id="a", submit_time_s=0.0, parallel=ParallelConfig(), workload_class="flat", true_iterations=1000.0, predicted_iterations=1.0
+    )
+    honest = flat_job("b", 1, 10.0)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(lying, honest))
+    for use_true, first in ((False, "a"), (True, "b")):
+        policy = ASRPTPolicy(speed, ASRPTOptions(use_true_iterations=use_true))
+        # by t=2000 both have completed on the virtual machine; Q holds them in that order
+        assert policy.decide(snapshot, 2000.0, policy.new_state()).starts[0].job_id == first
+
+
+class RestartingPolicy:
+    """Serialises its state to JSON and back at every cycle, as a daemon restart would."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+
+    def new_state(self):
+        return self.inner.new_state()
+
+    def decide(self, snapshot, now_s, state):
+        data = json.loads(json.dumps(state.to_dict()))
+        restored = self.inner.restore_state(data)
+        decision = self.inner.decide(snapshot, now_s, restored)
+        state.__init__(**{f: getattr(restored, f) for f in restored.__slots__})
+        return decision
+
+
+def _random_jobs(seed, n=40):
+    rng = random.Random(seed)
+    classes = SPEED.workload_classes
+    jobs = []
+    for i in range(n):
+        d, p, t = rng.choice([(1, 1, 1), (2, 1, 1), (1, 1, 4), (2, 2, 2), (4, 1, 1), (1, 2, 4)])
+        jobs.append(
+            Job(
+                job_id=str(i),
+                submit_time_s=rng.uniform(0, 3000),
+                parallel=ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=4 if p > 1 else 1),
+                workload_class=rng.choice(classes),
+                group=f"g{rng.randrange(6)}",
+                true_iterations=rng.uniform(10, 3000),
+            )
+        )
+    return jobs
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_restart_at_every_cycle_changes_nothing(name):
+    from asrpt.core.model import Node, Partition
+
+    partitions = [Partition(name="a100", accelerator="a100"), Partition(name="v100", accelerator="v100")]
+    nodes = [Node(name=f"a{i}", partition="a100", accelerator="a100", accelerators_total=8, accelerators_free=8) for i in range(2)]
+    nodes += [Node(name="v0", partition="v100", accelerator="v100", accelerators_total=4, accelerators_free=4)]
+    jobs = _random_jobs(7)
+    plain = simulate(jobs, partitions, nodes, make_policy(name, SPEED), GroupHistoryPredictions(), keep_events=True)
+    restarted = simulate(jobs, partitions, nodes, RestartingPolicy(make_policy(name, SPEED)), GroupHistoryPredictions(), keep_events=True)
+    assert plain.events == restarted.events

@@ -1,0 +1,138 @@
+"""Dispatcher rules, table-driven: strict / backfill / greedy, comm-heavy holds, partitions."""
+
+import pytest
+
+from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.model import ClusterSnapshot, Job, Node, ParallelConfig, Partition, Placement, RunningJob
+from asrpt.core.placement import alpha_min_s
+from asrpt.core.speed import default_speed_table
+from tests.helpers import flat_job, flat_speed_table
+
+SPEED = default_speed_table()
+A100 = Partition(name="a100", accelerator="a100", intra_node_gbps=300.0, inter_node_gbps=12.5)
+V100 = Partition(name="v100", accelerator="v100", intra_node_gbps=150.0, inter_node_gbps=12.5)
+
+
+def node(name, partition, free, total=8):
+    return Node(name=name, partition=partition.name, accelerator=partition.accelerator, accelerators_total=total, accelerators_free=free)
+
+
+def run(queue, snapshot, speed=SPEED, now_s=0.0, first_blocked=None, **options):
+    alpha = {j.job_id: alpha_min_s(j, snapshot.partitions, snapshot.nodes, speed) for j in queue}
+    return dispatch(
+        queue,
+        snapshot,
+        now_s,
+        speed=speed,
+        options=DispatchOptions(**options),
+        runtime_s=lambda job, a: (job.predicted_iterations or 0.0) * a,
+        alpha_min_s=lambda job: alpha[job.job_id],
+        first_blocked_s={} if first_blocked is None else first_blocked,
+    )
+
+
+def tp8_job(job_id="big", iterations=1000.0):
+    return Job(job_id=job_id, submit_time_s=0.0, parallel=ParallelConfig(tensor=8), workload_class="resnet50", predicted_iterations=iterations)
+
+
+def test_comm_heavy_job_is_held_then_started_when_the_budget_runs_out():
+    snapshot = ClusterSnapshot(partitions=(A100,), nodes=(node("n0", A100, 4), node("n1", A100, 4)), pending=())
+    job = tp8_job()
+    first_blocked = {}
+    held = run([job], snapshot, first_blocked=first_blocked, comm_heavy_tau=0.5)
+    assert held.holds == ["big"] and not held.starts
+    assert "communication-heavy" in held.reasons["big"]
+    ideal_runtime_s = 1000.0 * alpha_min_s(job, snapshot.partitions, snapshot.nodes, SPEED)
+    assert held.wake_at_s == pytest.approx(0.5 * ideal_runtime_s)
+    # still inside the budget: still held; past it: starts on the best available split
+    assert run([job], snapshot, now_s=held.wake_at_s * 0.9, first_blocked=first_blocked, comm_heavy_tau=0.5).holds == ["big"]
+    late = run([job], snapshot, now_s=held.wake_at_s, first_blocked=first_blocked, comm_heavy_tau=0.5)
+    assert [p.job_id for p in late.starts] == ["big"] and late.holds == []
+    assert first_blocked == {}
+
+
+@pytest.mark.parametrize("tau, ratio, held", [(0.0, 1.5, False), (0.5, 1e9, False), (0.5, 1.0, True)])
+def test_comm_heavy_thresholds(tau, ratio, held):
+    snapshot = ClusterSnapshot(partitions=(A100,), nodes=(node("n0", A100, 4), node("n1", A100, 4)), pending=())
+    result = run([tp8_job()], snapshot, comm_heavy_tau=tau, comm_heavy_ratio=ratio)
+    assert (result.holds == ["big"]) is held
+
+
+def test_consolidated_placement_is_not_held():
+    snapshot = ClusterSnapshot(partitions=(A100,), nodes=(node("n0", A100, 8), node("n1", A100, 4)), pending=())
+    result = run([tp8_job()], snapshot, comm_heavy_tau=0.5)
+    assert result.holds == [] and result.starts[0].node_counts == {"n0": 8}
+
+
+@pytest.mark.parametrize(
+    "allowed, expected",
+    [((), "a100"), (("v100",), "v100"), (("a100", "v100"), "a100")],
+)
+def test_partition_choice_prefers_the_faster_allowed_type(allowed, expected):
+    snapshot = ClusterSnapshot(partitions=(A100, V100), nodes=(node("a", A100, 8), node("v", V100, 8)), pending=())
+    job = Job(job_id="1", submit_time_s=0.0, parallel=ParallelConfig(data=2), workload_class=SPEED.workload_classes[0], allowed_partitions=allowed, predicted_iterations=10.0)
+    (placement,) = run([job], snapshot).starts
+    assert placement.partition == expected
+
+
+def _blocked_head_snapshot():
+    """One 4-accelerator node, 3 busy until t=100 (by prediction): a 4-wide head must wait."""
+    flat = Partition(name="gpu", accelerator="gpu")
+    busy = flat_job("busy", 3, 100.0)
+    running = RunningJob(
+        job=busy,
+        placement=Placement(job_id="busy", partition="gpu", worker_nodes=("n0",) * 3, iteration_time_s=1.0),
+        start_time_s=0.0,
+    )
+    nodes = (Node(name="n0", partition="gpu", accelerator="gpu", accelerators_total=4, accelerators_free=1),)
+    return ClusterSnapshot(partitions=(flat,), nodes=nodes, pending=(), running=(running,))
+
+
+@pytest.mark.parametrize(
+    "mode, short_starts, long_starts",
+    [
+        ("strict", False, False),  # the head blocks everything behind it
+        ("backfill", True, False),  # the short job ends (t=50) before the head's reserved start (t=100)
+        ("greedy", True, False),  # greedy starts the first that fits; then nothing is left for the long one
+    ],
+)
+def test_modes_behind_a_blocked_head(mode, short_starts, long_starts):
+    snapshot = _blocked_head_snapshot()
+    queue = [flat_job("head", 4, 10.0), flat_job("short", 1, 50.0), flat_job("long", 1, 500.0)]
+    result = run(queue, snapshot, speed=flat_speed_table(), mode=mode, comm_heavy_tau=0.0)
+    started = {p.job_id for p in result.starts}
+    assert ("short" in started) is short_starts
+    assert ("long" in started) is long_starts
+
+
+def test_backfill_refuses_a_job_that_would_delay_the_head():
+    snapshot = _blocked_head_snapshot()
+    queue = [flat_job("head", 4, 10.0), flat_job("long", 1, 500.0)]
+    backfill = run(queue, snapshot, speed=flat_speed_table(), mode="backfill", comm_heavy_tau=0.0)
+    greedy = run(queue, snapshot, speed=flat_speed_table(), mode="greedy", comm_heavy_tau=0.0)
+    assert backfill.starts == [] and "delay the reserved start of head" in backfill.reasons["long"]
+    assert [p.job_id for p in greedy.starts] == ["long"]
+    assert "reserved on gpu from t=100s" in backfill.reasons["head"]
+
+
+def test_unknown_runtime_never_backfills_in_front_of_a_reservation():
+    snapshot = _blocked_head_snapshot()
+    queue = [flat_job("head", 4, 10.0), flat_job("unknown", 1, 1.0)]
+    result = dispatch(
+        queue,
+        snapshot,
+        0.0,
+        speed=flat_speed_table(),
+        options=DispatchOptions(mode="backfill", comm_heavy_tau=0.0),
+        runtime_s=lambda job, a: float("inf") if job.job_id == "unknown" else 100.0,
+        alpha_min_s=lambda job: 1.0,
+        first_blocked_s={},
+    )
+    assert result.starts == []
+
+
+def test_invalid_options_name_the_valid_ones():
+    with pytest.raises(ValueError, match="strict, backfill, greedy"):
+        DispatchOptions(mode="fast")
+    with pytest.raises(ValueError, match="comm_heavy_ratio"):
+        DispatchOptions(comm_heavy_ratio=0.5)

@@ -1,0 +1,92 @@
+"""A 10-job scenario whose schedules were worked out by hand, one per policy.
+
+One node with 2 accelerators, a workload class that does not communicate (alpha = 1 s per
+iteration everywhere), perfect predictions. The derivations are in the comments so that a
+failure can be checked against them.
+"""
+
+import pytest
+
+from asrpt.core.policies import make_policy
+from asrpt.sim.engine import simulate
+from asrpt.sim.predictors import OraclePredictions
+from tests.helpers import flat_job, flat_speed_table, partition_nodes
+
+# (id, submit s, accelerators, iterations)
+JOBS = [
+    ("1", 0, 2, 100), ("2", 1, 1, 30), ("3", 2, 1, 10), ("4", 3, 2, 20), ("5", 4, 1, 5),
+    ("6", 5, 1, 60), ("7", 6, 2, 5), ("8", 7, 1, 40), ("9", 8, 1, 15), ("10", 9, 2, 10),
+]
+
+EXPECTED_STARTS = {
+    # FIFO, head-of-line: 1 runs 0-100; 2 and 3 at 100; 4 needs both, waits for 2 (130); 5, 6
+    # at 150; 7 waits for 6 (210); 8, 9 at 215; 10 waits for 8 (255).
+    "fifo": {"1": 0, "2": 100, "3": 100, "4": 130, "5": 150, "6": 150, "7": 210, "8": 215, "9": 215, "10": 255},
+    # SJF by true runtime with EASY backfill. At 100 the order is 5,7,3,10,9,4,2,8,6: 5 starts,
+    # 7 is blocked and reserved at 105, nothing ends by 105 so nothing backfills; 7 at 105; 3 at
+    # 110 with 10 reserved at 120; 10 at 120; 9 at 130 with 4 reserved at 145; 4 at 145; 2, 8
+    # at 165; 6 when 2 ends (195).
+    "sjf-oracle": {"1": 0, "5": 100, "7": 105, "3": 110, "10": 120, "9": 130, "4": 145, "2": 165, "8": 165, "6": 195},
+    # Shortest predicted work (accelerators x iterations): 5,3,7,9,10,2,4,8,6. At 100: 5 and 3;
+    # 7 reserved at 110 (3 ends); 7 at 110; 9 at 115 with 10 reserved at 130; 10 at 130; 2 at
+    # 140 with 4 reserved at 170; 4 at 170; 8, 6 at 190.
+    "spwf": {"1": 0, "5": 100, "3": 100, "7": 110, "9": 115, "10": 130, "2": 140, "4": 170, "8": 190, "6": 190},
+    # A-SRPT with true sizes: virtual lengths g/2 x n = 100, 15, 5, 20, 2.5, 30, 5, 20, 7.5, 10.
+    # Virtual SRPT completes 5@6.5, 3@9.5, 7@14.5, 9@22, 10@32, 2@46, 4@66, 8@86, 6@116, 1@215;
+    # a job is dispatchable from its virtual completion: 5 at 6.5, 3 at 9.5, 7 waits for 3
+    # (19.5), 9 for 7 (24.5), 10 for 9 (39.5), 2 at 49.5, 4 waits for 2 (79.5), 8 at 99.5, 6 at
+    # 116, 1 at 215.
+    "asrpt-oracle": {"5": 6.5, "3": 9.5, "7": 19.5, "9": 24.5, "10": 39.5, "2": 49.5, "4": 79.5, "8": 99.5, "6": 116, "1": 215},
+}
+
+
+def _run(policy_name):
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=2)
+    jobs = [flat_job(i, g, float(n), submit_s=float(t), time_limit_s=6.0 * n) for i, t, g, n in JOBS]
+    return simulate(jobs, [partition], nodes, make_policy(policy_name, speed), OraclePredictions())
+
+
+@pytest.mark.parametrize("policy_name", sorted(EXPECTED_STARTS))
+def test_hand_checked_starts(policy_name):
+    result = _run(policy_name)
+    starts = {job_id: r.first_start_s for job_id, r in result.records.items()}
+    assert starts == pytest.approx(EXPECTED_STARTS[policy_name])
+
+
+def test_multifactor_backfills_on_time_limits_not_runtimes():
+    """Limits are 6x the runtime: at 100 the head (largest job first: 4, 7, 10 are 2-wide and
+    oldest first) is 4; backfill trusts limits, so a 1-wide job may run beside nothing that
+    would end before the head's reservation computed from limits."""
+    result = _run("multifactor")
+    starts = {job_id: r.first_start_s for job_id, r in result.records.items()}
+    assert starts["1"] == 0
+    assert starts["4"] == 100  # largest and oldest pending at 100: size factor wins
+    assert starts["7"] > starts["4"] and starts["10"] > starts["7"]
+
+
+def test_tiresias_keeps_young_jobs_in_fifo_order():
+    """Job 1 attains only 200 accelerator-seconds, below the first queue threshold (3600), so
+    Tiresias behaves as FIFO without backfill here: 1 runs to the end before anyone else."""
+    result = _run("tiresias")
+    assert result.records["1"].preemptions == 0 and result.records["1"].end_s == 100
+
+
+def test_tiresias_preempts_a_job_that_climbed_a_queue():
+    """A 2-wide job passes 3600 accelerator-seconds at t=1800 and drops to queue 1; a 1-wide job
+    arriving at 2000 is in queue 0 and displaces it. The long job resumes when it ends."""
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=2)
+    jobs = [flat_job("long", 2, 5000.0), flat_job("short", 1, 10.0, submit_s=2000.0)]
+    result = simulate(jobs, [partition], nodes, make_policy("tiresias", speed), OraclePredictions())
+    long_job, short = result.records["long"], result.records["short"]
+    assert long_job.preemptions == 1
+    assert (short.first_start_s, short.end_s) == (2000.0, 2010.0)
+    assert long_job.end_s == pytest.approx(5010.0)
+    assert long_job.service_s == pytest.approx(2 * 5000.0)
+
+
+def test_same_seed_same_everything():
+    assert _run("asrpt").records.keys() == _run("asrpt").records.keys()
+    for a, b in zip(_run("qssf").records.values(), _run("qssf").records.values()):
+        assert (a.first_start_s, a.end_s) == (b.first_start_s, b.end_s)

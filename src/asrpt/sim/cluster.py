@@ -55,6 +55,22 @@ class SimCluster:
         self.pending[job.job_id] = job
         self._pending_tuple = None
 
+    def adopt_running(self, running: RunningJob, remaining_iterations: float) -> None:
+        """Take over a job that is already running (a forecast starts from the present)."""
+        job = running.job
+        if job.job_id in self.records:
+            raise ValueError(f"job {job.job_id} adopted twice")
+        for name, count in running.placement.node_counts.items():
+            node = self._nodes[name]
+            if count > node.accelerators_free:
+                raise Oversubscribed(f"running job {job.job_id} does not fit on {name}")
+            self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
+        self._node_tuple = None
+        self.records[job.job_id] = JobRecord(job, first_start_s=running.start_time_s, partitions=[running.placement.partition])
+        self.running[job.job_id] = running
+        end_s = self.now_s + max(remaining_iterations, 0.0) * running.placement.iteration_time_s
+        heapq.heappush(self._ends, (end_s, job.job_id, running.start_time_s))
+
     def next_end_s(self) -> float:
         return self._ends[0][0] if self._ends else float("inf")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from asrpt.core.model import Job, Node, Partition, RunningJob
-from asrpt.core.policies.base import Policy
+from asrpt.core.policies.base import Policy, PolicyState
 from asrpt.loop import SchedulingLoop
 from asrpt.sim.cluster import JobRecord, SimCluster
 from asrpt.sim.predictors import SimPredictions
@@ -45,12 +45,24 @@ def simulate(
     *,
     progress: Callable[[int, int], None] | None = None,
     keep_events: bool = False,
+    start_s: float | None = None,
+    running: Sequence[tuple[RunningJob, float]] = (),
+    state: PolicyState | None = None,
 ) -> SimResult:
-    """Replay ``jobs`` (with true iterations) under ``policy``; every job ends exactly once."""
+    """Replay ``jobs`` (with true iterations) under ``policy``; every job ends exactly once.
+
+    A forecast starts from the present instead of an empty cluster: ``start_s`` is now,
+    ``running`` the jobs already running with the iterations each has left, ``state`` a copy
+    of the policy state the live scheduler holds.
+    """
     arrivals = sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id))
     cluster = SimCluster(partitions, nodes)
-    clock = SimClock(arrivals[0].submit_time_s if arrivals else 0.0)
-    loop = SchedulingLoop(backend=cluster, clock=clock, policy=policy, predictions=predictions)
+    first_s = arrivals[0].submit_time_s if arrivals else 0.0
+    clock = SimClock(first_s if start_s is None else start_s)
+    cluster.now_s = clock.t_s
+    for running_job, remaining_iterations in running:
+        cluster.adopt_running(running_job, remaining_iterations)
+    loop = SchedulingLoop(backend=cluster, clock=clock, policy=policy, predictions=predictions, state=state)
     result = SimResult(policy=policy.name, records=cluster.records, accelerators_total=cluster.accelerators_total())
     next_arrival = 0
     wake_s = math.inf
@@ -58,7 +70,7 @@ def simulate(
     total = len(arrivals)
     while next_arrival < total or cluster.pending or cluster.running:
         arrival_s = arrivals[next_arrival].submit_time_s if next_arrival < total else math.inf
-        t_s = min(arrival_s, cluster.next_end_s(), wake_s)
+        t_s = max(min(arrival_s, cluster.next_end_s(), wake_s), clock.t_s)
         if math.isinf(t_s):
             stuck = ", ".join(sorted(cluster.pending)[:10])
             raise SimulationStuck(

@@ -1,0 +1,72 @@
+"""The forecast replays the present with the live policy: it must agree with what then happens
+when every job runs exactly as predicted."""
+
+import pytest
+
+from asrpt.core.policies import make_policy
+from asrpt.core.model import ClusterSnapshot, Placement, RunningJob
+from asrpt.sim.engine import simulate
+from asrpt.sim.forecast import forecast, remaining_iterations
+from asrpt.sim.predictors import OraclePredictions
+from tests.helpers import flat_job, flat_speed_table, partition_nodes
+
+
+class _Recorder:
+    """Wraps a policy and keeps the snapshot and state of the first cycle at or after ``at_s``."""
+
+    def __init__(self, inner, at_s):
+        self.inner, self.at_s, self.name, self.captured = inner, at_s, inner.name, None
+
+    def new_state(self):
+        return self.inner.new_state()
+
+    def restore_state(self, data):
+        return self.inner.restore_state(data)
+
+    def decide(self, snapshot, now_s, state):
+        if self.captured is None and now_s >= self.at_s:
+            self.captured = (snapshot, now_s, state.to_dict())
+        return self.inner.decide(snapshot, now_s, state)
+
+
+@pytest.mark.parametrize("policy_name", ["asrpt", "asrpt-strict", "fifo", "spwf", "multifactor"])
+def test_forecast_mid_replay_predicts_exactly_what_then_happens(policy_name):
+    """Perfect predictions, no arrival after the forecast: the forecast made mid-replay must
+    give every job's start and end exactly as the replay then produces them."""
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=2, per_node=2)
+    sizes = [(2, 100), (1, 30), (1, 10), (2, 20), (1, 5), (1, 60), (2, 5), (1, 40), (1, 15), (2, 10)]
+    jobs = [flat_job(str(i), g, float(n), submit_s=float(i), time_limit_s=3.0 * n) for i, (g, n) in enumerate(sizes)]
+    recorder = _Recorder(make_policy(policy_name, speed), at_s=12.0)
+    truth = simulate(jobs, [partition], nodes, recorder, OraclePredictions())
+    snapshot, now_s, state_data = recorder.captured
+    predicted = forecast(snapshot, now_s, make_policy(policy_name, speed), state_data, lambda job: job.predicted_iterations)
+    assert set(predicted) == {j.job_id for j in snapshot.pending} | {r.job.job_id for r in snapshot.running}
+    for job_id, f in predicted.items():
+        record = truth.records[job_id]
+        assert (f.start_s, f.end_s) == pytest.approx((record.first_start_s, record.end_s)), job_id
+
+
+def test_running_jobs_keep_their_nodes_and_remaining_time():
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=2)
+    busy = flat_job("busy", 2, 100.0)
+    running = RunningJob(job=busy, placement=Placement(job_id="busy", partition="gpu", worker_nodes=(nodes[0].name,) * 2, iteration_time_s=1.0), start_time_s=0.0)
+    from dataclasses import replace
+
+    full = tuple(replace(n, accelerators_free=0) for n in nodes)
+    waiting = flat_job("next", 1, 10.0, submit_s=5.0)
+    policy = make_policy("asrpt", speed)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=full, pending=(waiting,), running=(running,))
+    predicted = forecast(snapshot, 40.0, policy, policy.new_state().to_dict(), lambda job: job.predicted_iterations)
+    assert predicted["busy"].end_s == pytest.approx(100.0) and predicted["busy"].running
+    assert predicted["next"].start_s == pytest.approx(100.0) and predicted["next"].end_s == pytest.approx(110.0)
+
+
+def test_a_job_past_its_prediction_runs_as_long_again():
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    job = flat_job("late", 1, 10.0)
+    running = RunningJob(job=job, placement=Placement(job_id="late", partition="gpu", worker_nodes=(nodes[0].name,), iteration_time_s=1.0), start_time_s=0.0)
+    assert remaining_iterations(running, 50.0, 10.0) == 50.0
+    assert remaining_iterations(running, 4.0, 10.0) == 6.0

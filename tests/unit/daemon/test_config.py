@@ -1,0 +1,51 @@
+"""Configuration: typos name the key and the valid ones; environment overrides win."""
+
+import pytest
+
+from asrpt.daemon.config import load_config, parse_config
+from asrpt.exceptions import ConfigError
+
+
+def test_defaults_without_a_file(tmp_path):
+    config = parse_config({}, {})
+    assert config.daemon.interval_s == 30.0 and config.scheduler.mode == "backfill"
+    assert config.database.url.startswith("sqlite:")
+
+
+def test_an_explicit_missing_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="no such configuration file"):
+        load_config(tmp_path / "absent.toml", environ={})
+
+
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        ({"daemon": {"intervall_s": 5}}, "unknown key 'intervall_s' in \\[daemon\\]; valid keys: http_bind, interval_s"),
+        ({"deamon": {}}, "unknown section \\[deamon\\]; valid sections: daemon, database"),
+        ({"scheduler": {"mode": "fast"}}, "mode = 'fast' is not one of strict, backfill, greedy"),
+        ({"daemon": {"interval_s": "soon"}}, "interval_s must be a float"),
+        ({"daemon": {"interval_s": -1}}, "interval_s must be >= 0"),
+        ({"partitions": [{"name": "a100"}]}, "missing required key\\(s\\): accelerator"),
+        ({"partitions": [{"name": "x", "accelerator": "a100"}, {"name": "x", "accelerator": "v100"}]}, "unique"),
+        ({"database": {"url": 5}}, "url must be a str"),
+    ],
+)
+def test_bad_documents_get_clear_errors(document, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(document, {}, source="test.toml")
+
+
+def test_environment_overrides_the_file(tmp_path):
+    path = tmp_path / "asrpt.toml"
+    path.write_text('[daemon]\ninterval_s = 60\n[database]\nurl = "sqlite:///a.db"\n[[partitions]]\nname = "npu"\naccelerator = "910b"\nrelative_speed = 0.8\n')
+    config = load_config(path, environ={"ASRPT_DAEMON_INTERVAL_S": "5", "ASRPT_DATABASE_URL": "sqlite:///b.db"})
+    assert config.daemon.interval_s == 5.0
+    assert config.database.url == "sqlite:///b.db"
+    assert config.partitions[0].relative_speed == 0.8
+
+
+def test_unreadable_toml_names_the_file(tmp_path):
+    path = tmp_path / "asrpt.toml"
+    path.write_text("[daemon\n")
+    with pytest.raises(ConfigError, match="asrpt.toml: cannot read"):
+        load_config(path, environ={})

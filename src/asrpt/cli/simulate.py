@@ -13,17 +13,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from asrpt.core.dispatch import DISPATCH_MODES, DispatchOptions
-from asrpt.core.policies import POLICIES, ASRPTOptions, make_policy
-from asrpt.core.policies.asrpt import QUEUE_ORDERS
-from asrpt.core.speed import default_speed_table
 from asrpt.exceptions import AsrptError
-from asrpt.sim.clusters import load_cluster
-from asrpt.sim.engine import simulate
-from asrpt.sim.metrics import jct_values_s, lower_bound_total_jct_s, policy_metrics
-from asrpt.sim.predictors import PREDICTOR_NAMES, make_predictions
-from asrpt.sim.traces import TRACE_FORMATS, read_trace
-from asrpt.sim.workload import build_jobs
+
+# Literal so `asrpt --help` stays fast (no numpy/networkx); tests check them against the
+# registries they mirror (core.policies.POLICIES, sim.traces.TRACE_FORMATS, ...).
+POLICY_NAMES = ("asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", "tiresias", "multifactor")
+TRACE_FORMAT_NAMES = ("pai", "philly", "gavel", "sia", "csv", "sacct")
+PREDICTOR_NAMES = ("oracle", "history", "rf")
+DISPATCH_MODES = ("strict", "backfill", "greedy")
+QUEUE_ORDERS = ("virtual_completion", "remaining")
 
 DEMO_POLICIES = ("asrpt", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", "tiresias", "multifactor")
 
@@ -31,7 +29,7 @@ DEMO_POLICIES = ("asrpt", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     sim = commands.add_parser("simulate", help="replay a trace under several policies and compare them")
     sim.add_argument("--trace", required=True, type=Path, help="trace file")
-    sim.add_argument("--format", required=True, choices=TRACE_FORMATS, dest="fmt")
+    sim.add_argument("--format", required=True, choices=TRACE_FORMAT_NAMES, dest="fmt")
     sim.add_argument("--columns", default=None, help="for --format csv: submit=COL,duration=COL,gpus=COL[,user=...]")
     _add_common(sim)
     sim.set_defaults(func=run_simulate)
@@ -45,7 +43,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="cluster TOML file or built-in name (pai, philly, gavel, testbed)")
-    parser.add_argument("--policy", action="append", choices=list(POLICIES), help="policy to run (repeatable)")
+    parser.add_argument("--policy", action="append", choices=POLICY_NAMES, help="policy to run (repeatable)")
     parser.add_argument("--predictor", choices=PREDICTOR_NAMES, default="history", help="where predicted iterations come from")
     parser.add_argument("--seed", action="append", type=int, help="workload-mapping seed (repeat to sweep)")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
@@ -66,6 +64,9 @@ class Comparison:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    from asrpt.core.dispatch import DispatchOptions
+    from asrpt.core.policies import ASRPTOptions
+
     columns = _parse_columns(args.columns) if args.columns else None
     comparison = compare(
         trace=args.trace,
@@ -88,6 +89,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from asrpt.core.policies import ASRPTOptions
+
     trace = resources.files("asrpt.data") / "traces" / "pai_slice.csv"
     with resources.as_file(trace) as path:
         comparison = compare(
@@ -119,10 +122,19 @@ def compare(
     seeds: Sequence[int],
     limit: int | None,
     strict: bool,
-    options: ASRPTOptions,
+    options: Any,
     progress: bool,
 ) -> Comparison:
     """Run every policy on the same jobs for every seed; the report is ``--json``'s content."""
+    from asrpt.core.policies import make_policy
+    from asrpt.core.speed import default_speed_table
+    from asrpt.sim.clusters import load_cluster
+    from asrpt.sim.engine import simulate
+    from asrpt.sim.metrics import jct_values_s, lower_bound_total_jct_s, policy_metrics
+    from asrpt.sim.predictors import make_predictions
+    from asrpt.sim.traces import read_trace
+    from asrpt.sim.workload import build_jobs
+
     read = read_trace(trace, fmt, columns=columns, strict=strict, limit=limit)
     if read.skipped:
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(read.skipped.items()))

@@ -13,6 +13,7 @@ from typing import Callable, Literal, Mapping, Sequence
 
 from asrpt.core.model import ClusterSnapshot, Job, Node, Partition, Placement, RunningJob
 from asrpt.core.placement import best_placement
+from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
 
 DispatchMode = Literal["strict", "backfill", "greedy"]
@@ -52,7 +53,7 @@ class DispatchOptions:
 class DispatchResult:
     starts: list[Placement] = field(default_factory=list)
     holds: list[str] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)
+    reasons: Reasons = field(default_factory=Reasons)
     #: Earliest time a hold expires (the policy must be asked again then).
     wake_at_s: float = math.inf
 
@@ -74,7 +75,9 @@ class FreeCapacity:
         self.free_by_partition: dict[str, int] = {}
         for n in nodes:
             self.free_by_partition[n.partition] = self.free_by_partition.get(n.partition, 0) + n.accelerators_free
+        self.free_total = sum(self.free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
+        self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
 
     def nodes(self) -> tuple[Node, ...]:
         """Nodes with at least one free accelerator (the only ones placement can use)."""
@@ -84,10 +87,12 @@ class FreeCapacity:
 
     def total_free(self, partitions: Sequence[Partition], job: Job) -> int:
         """Free accelerators on the partitions ``job`` allows."""
-        return sum(self.free_by_partition.get(p.name, 0) for p in partitions if job.allows(p))
-
-    def any_free(self) -> bool:
-        return any(count > 0 for count in self.free_by_partition.values())
+        key = (job.allowed_partitions, job.allowed_accelerators)
+        names = self._allowed.get(key)
+        if names is None:
+            names = self._allowed[key] = tuple(p.name for p in partitions if job.allows(p))
+        free = self.free_by_partition
+        return sum(free.get(name, 0) for name in names)
 
     def take(self, placement: Placement) -> None:
         for name, count in placement.node_counts.items():
@@ -96,6 +101,7 @@ class FreeCapacity:
                 raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
             self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
             self.free_by_partition[node.partition] -= count
+            self.free_total -= count
         self._cache = None
 
     def give(self, counts: Mapping[str, int]) -> None:
@@ -105,13 +111,29 @@ class FreeCapacity:
                 continue
             freed = min(node.accelerators_free + count, node.accelerators_total)
             self.free_by_partition[node.partition] += freed - node.accelerators_free
+            self.free_total += freed - node.accelerators_free
             self._nodes[name] = replace(node, accelerators_free=freed)
         self._cache = None
+
+    def capped(self, partition: str, cap_by_node: Mapping[str, int]) -> "FreeCapacity":
+        """This capacity with ``partition``'s nodes limited to ``cap_by_node`` (the spare
+        accelerators a reservation leaves to jobs that would still run at its start)."""
+        twin = self.copy()
+        for name, node in self._nodes.items():
+            if node.partition == partition:
+                allowed = max(min(node.accelerators_free, cap_by_node.get(name, 0)), 0)
+                if allowed != node.accelerators_free:
+                    twin._nodes[name] = replace(node, accelerators_free=allowed)
+                    twin.free_by_partition[partition] -= node.accelerators_free - allowed
+                    twin.free_total -= node.accelerators_free - allowed
+        return twin
 
     def copy(self) -> "FreeCapacity":
         twin = FreeCapacity(())
         twin._nodes = dict(self._nodes)
         twin.free_by_partition = dict(self.free_by_partition)
+        twin.free_total = self.free_total
+        twin._allowed = self._allowed
         return twin
 
 
@@ -186,24 +208,40 @@ def dispatch(
     free = FreeCapacity(snapshot.nodes)
     started: list[tuple[Placement, float]] = []
     reservation: _Reservation | None = None
+    #: ``free`` with the reservation's accelerators taken out: what a job that would still be
+    #: running at the reserved start may use (rebuilt after each start).
+    around_reservation: FreeCapacity | None = None
     blocked_head: str | None = None
     for position, job in enumerate(queue):
         if blocked_head is not None and options.mode == "strict":
             break  # everything behind the head waits; `asrpt explain` derives that from the order
-        if not free.any_free():
+        if free.free_total <= 0:
             break  # nothing more can start this cycle
+        capacity = free
+        if reservation is not None and now_s + runtime_s(job, alpha_min_s(job)) > reservation.start_s:
+            if around_reservation is None:
+                around_reservation = free.capped(reservation.partition, reservation.spare_by_node)
+            capacity = around_reservation
         placement = None
-        if free.total_free(snapshot.partitions, job) >= job.accelerators:
-            placement = best_placement(job, free.nodes(), snapshot.partitions, speed)
+        if capacity.total_free(snapshot.partitions, job) >= job.accelerators:
+            placement = best_placement(job, capacity.nodes(), snapshot.partitions, speed)
         if placement is None:
-            result.reasons[job.job_id] = f"waiting for {job.accelerators} accelerators (queue position {position + 1})"
+            if capacity is not free and reservation is not None and free.total_free(snapshot.partitions, job) >= job.accelerators:
+                result.reasons.note(job.job_id, "would delay the reserved start of {}", reservation.job_id)
+                continue
+            result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
             if blocked_head is None:
                 blocked_head = job.job_id
                 if options.mode == "backfill":
                     reservation = _reserve(job, snapshot, free, started, now_s, speed, runtime_s)
                     if reservation is not None:
-                        result.reasons[job.job_id] += (
-                            f"; reserved on {reservation.partition} from t={reservation.start_s:.0f}s"
+                        result.reasons.note(
+                            job.job_id,
+                            "waiting for {} accelerators (queue position {}); reserved on {} from t={:.0f}s",
+                            job.accelerators,
+                            position + 1,
+                            reservation.partition,
+                            reservation.start_s,
                         )
             continue
         ideal_s = alpha_min_s(job)
@@ -215,25 +253,32 @@ def dispatch(
             if now_s < deadline_s:
                 result.holds.append(job.job_id)
                 result.wake_at_s = min(result.wake_at_s, deadline_s)
-                result.reasons[job.job_id] = (
-                    f"communication-heavy: best placement now is {ratio:.2f}x its ideal per-iteration "
-                    f"time; held until t={deadline_s:.0f}s for a consolidated placement"
+                result.reasons.note(
+                    job.job_id,
+                    "communication-heavy: best placement now is {:.2f}x its ideal per-iteration time; "
+                    "held until t={:.0f}s for a consolidated placement",
+                    ratio,
+                    deadline_s,
                 )
                 continue
         end_s = now_s + runtime_s(job, placement.iteration_time_s)
         if reservation is not None and _delays_reservation(placement, end_s, reservation):
-            result.reasons[job.job_id] = f"would delay the reserved start of {reservation.job_id}"
+            result.reasons.note(job.job_id, "would delay the reserved start of {}", reservation.job_id)
             continue
         free.take(placement)
+        around_reservation = None
         if reservation is not None and placement.partition == reservation.partition and end_s > reservation.start_s:
             for name, count in placement.node_counts.items():
                 reservation.spare_by_node[name] -= count
         started.append((placement, end_s))
         result.starts.append(placement)
         first_blocked_s.pop(job.job_id, None)
-        result.reasons[job.job_id] = (
-            f"starts now on {placement.partition} ({len(placement.node_counts)} node(s), "
-            f"{ratio:.2f}x ideal per-iteration time)"
+        result.reasons.note(
+            job.job_id,
+            "starts now on {} ({} node(s), {:.2f}x ideal per-iteration time)",
+            placement.partition,
+            len(placement.node_counts),
+            ratio,
         )
     return result
 

@@ -66,24 +66,27 @@ class VirtualSRPT:
         #: Virtual completions in order: (completion time, job id).
         self.completed: list[tuple[float, str]] = []
         self._pending_arrivals: list[tuple[float, tuple[int, int, str], str, float]] = []
+        self._arriving: set[str] = set()
 
     # -- feeding ---------------------------------------------------------------------------
     def release(self, job_id: str, release_s: float, size_s: float) -> None:
         """Announce a job; it joins the machine at ``release_s`` (clamped to the clock)."""
-        if job_id in self._entries or any(a[2] == job_id for a in self._pending_arrivals):
+        if job_id in self._entries or job_id in self._arriving:
             raise ValueError(f"job {job_id} already released")
         if size_s < 0 or math.isnan(size_s):
             raise ValueError(f"job {job_id}: virtual size must be >= 0, got {size_s}")
         heapq.heappush(
             self._pending_arrivals, (max(release_s, self.clock_s), id_sort_key(job_id), job_id, size_s)
         )
+        self._arriving.add(job_id)
 
     def resize(self, job_id: str, new_size_s: float, old_size_s: float) -> None:
         """A prediction changed: shift the remaining work by the difference (never below 0)."""
-        for i, (rel, tie, jid, size) in enumerate(self._pending_arrivals):
-            if jid == job_id:
-                self._pending_arrivals[i] = (rel, tie, jid, new_size_s)
-                return
+        if job_id in self._arriving:
+            for i, (rel, tie, jid, _size) in enumerate(self._pending_arrivals):
+                if jid == job_id:
+                    self._pending_arrivals[i] = (rel, tie, jid, new_size_s)
+                    return
         entry = self._entries.get(job_id)
         if entry is None:
             return  # already virtually complete: its place in Q stays
@@ -96,8 +99,10 @@ class VirtualSRPT:
         entry = self._entries.pop(job_id, None)
         if entry is not None:
             entry.valid = False
-        self._pending_arrivals = [a for a in self._pending_arrivals if a[2] != job_id]
-        heapq.heapify(self._pending_arrivals)
+        if job_id in self._arriving:
+            self._arriving.discard(job_id)
+            self._pending_arrivals = [a for a in self._pending_arrivals if a[2] != job_id]
+            heapq.heapify(self._pending_arrivals)
 
     # -- running ---------------------------------------------------------------------------
     def advance_to(self, now_s: float) -> list[tuple[float, str]]:
@@ -124,6 +129,7 @@ class VirtualSRPT:
             self.clock_s = step_to_s
             if self._pending_arrivals and next_arrival_s <= now_s:
                 rel, _tie, job_id, size = heapq.heappop(self._pending_arrivals)
+                self._arriving.discard(job_id)
                 self._push(job_id, size, rel)
                 continue
             break
@@ -180,6 +186,7 @@ class VirtualSRPT:
             heapq.heappush(
                 machine._pending_arrivals, (float(release), id_sort_key(str(job_id)), str(job_id), float(size))
             )
+            machine._arriving.add(str(job_id))
         machine.completed = [(float(t), str(j)) for t, j in data.get("completed", [])]
         return machine
 

@@ -16,9 +16,10 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from asrpt import paths
 from asrpt.exceptions import ConfigError
 
-DEFAULT_CONFIG_PATH = Path("/etc/asrpt/asrpt.toml")
+DEFAULT_CONFIG_PATH = Path(paths.DEFAULT_CONFIG_PATH)
 POLICY_NAMES = ("asrpt", "asrpt-strict", "fifo", "spwf", "qssf", "multifactor")
 
 
@@ -34,14 +35,14 @@ class DaemonSection:
     sync_interval_s: float = 60.0
     #: ``host:port`` of the read-only HTTP endpoint; empty disables it.
     http_bind: str = ""
-    state_dir: str = "/var/lib/asrpt"
+    state_dir: str = paths.DEFAULT_STATE_DIR
     #: Longest back-off after consecutive failed cycles, seconds.
     max_backoff_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
 class DatabaseSection:
-    url: str = "sqlite:////var/lib/asrpt/asrpt.db"
+    url: str = paths.DEFAULT_DATABASE_URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class SchedulerSection:
 
 @dataclass(frozen=True, slots=True)
 class SpoolSection:
-    dir: str = "/var/spool/asrpt"
+    dir: str = paths.DEFAULT_SPOOL_DIR
     #: Records older than this whose job Slurm never reports are discarded, seconds.
     max_age_s: float = 86400.0
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from asrpt.core.dispatch import DispatchOptions, dispatch
 from asrpt.core.model import ClusterSnapshot, Decision, Job
 from asrpt.core.placement import alpha_min_s
+from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import VirtualSRPT, virtual_size_s
 
@@ -91,7 +92,7 @@ class ASRPTPolicy:
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
         capacity = sum(n.accelerators_total for n in snapshot.nodes)
         pending = {job.job_id: job for job in snapshot.pending}
-        reasons: dict[str, str] = {}
+        reasons = Reasons()
 
         for job_id in [j for j in state.sizes_s if j not in pending]:
             del state.sizes_s[job_id]
@@ -109,7 +110,7 @@ class ASRPTPolicy:
             state.seen[job.job_id] = job
             ideal_s = self._alpha_min_s(job, snapshot, state)
             if math.isinf(ideal_s):
-                reasons[job.job_id] = "no partition it allows can ever hold it"
+                reasons.note(job.job_id, "no partition it allows can ever hold it")
                 continue
             size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
             old_s = state.sizes_s.get(job.job_id)
@@ -138,7 +139,7 @@ class ASRPTPolicy:
             alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
             first_blocked_s=state.first_blocked_s,
         )
-        reasons.update(result.reasons)
+        reasons.merge(result.reasons)
         order = tuple(dispatchable) + (() if self.options.queue_order == "remaining" else tuple(still_virtual))
         order += tuple(j for j in pending if j not in state.sizes_s)
         return Decision(

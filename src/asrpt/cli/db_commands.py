@@ -1,0 +1,109 @@
+"""`asrpt db upgrade` and `asrpt db prune`: schema migrations and retention of the history."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+
+from asrpt.paths import DEFAULT_DATABASE_URL
+from asrpt.exceptions import AsrptError
+
+#: Environment variable that overrides the default database URL (command line wins).
+DATABASE_URL_ENV = "ASRPT_DATABASE_URL"
+
+
+def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """``--url`` if given, else ``$ASRPT_DATABASE_URL``, else :data:`DEFAULT_DATABASE_URL`."""
+    if cli_url:
+        return cli_url
+    env = os.environ if environ is None else environ
+    return env.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+
+
+def _add_url_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=None,
+        help=(
+            "database URL, e.g. sqlite:////var/lib/asrpt/asrpt.db or "
+            f"postgresql+psycopg://user@host/asrpt (default: ${DATABASE_URL_ENV}, "
+            f"else {DEFAULT_DATABASE_URL})"
+        ),
+    )
+
+
+def add_db_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Register ``db upgrade`` and ``db prune`` under ``subparsers``; returns the ``db`` parser."""
+    db = subparsers.add_parser("db", help="manage the job-history database")
+    commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
+
+    up = commands.add_parser(
+        "upgrade",
+        help="create the database or migrate it to this version's schema",
+        description="Run the packaged migrations up to the newest revision. Safe to repeat.",
+    )
+    _add_url_option(up)
+    up.set_defaults(func=run_db_upgrade)
+
+    prune = commands.add_parser(
+        "prune",
+        help="delete job history older than N days",
+        description=(
+            "Delete submissions (with their outcomes and predictions) submitted and finished "
+            "more than N days ago, and predictions made before then. Nothing else deletes history."
+        ),
+    )
+    prune.add_argument(
+        "--older-than-days", type=_positive_float, required=True, metavar="N", help="age in days"
+    )
+    _add_url_option(prune)
+    prune.set_defaults(func=run_db_prune)
+    return db
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of days, got {text!r}")
+    return value
+
+
+def run_db_upgrade(args: argparse.Namespace) -> int:
+    from asrpt.db.migrate import upgrade
+    from asrpt.db.session import display_url
+
+    url = resolve_database_url(args.url)
+    try:
+        revision = upgrade(url)
+    except AsrptError as error:
+        print(f"asrpt db upgrade: {error}", file=sys.stderr)
+        return 1
+    print(f"{display_url(url)}: schema at revision {revision}")
+    return 0
+
+
+def run_db_prune(args: argparse.Namespace) -> int:
+    from asrpt.db.repository import HistoryRepository
+    from asrpt.db.session import display_url
+
+    url = resolve_database_url(args.url)
+    try:
+        repository = HistoryRepository.from_url(url)
+        try:
+            result = repository.prune_older_than(args.older_than_days)
+        finally:
+            repository.close()
+    except AsrptError as error:
+        print(f"asrpt db prune: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"{display_url(url)}: deleted {result.submissions} submissions, "
+        f"{result.outcomes} outcomes, {result.predictions} predictions "
+        f"older than {args.older_than_days:g} days"
+    )
+    return 0

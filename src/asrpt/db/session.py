@@ -1,0 +1,163 @@
+"""Engines and sessions for the history database.
+
+SQLite is the default: one file, written by the daemon alone, read by CLI commands at the
+same time, hence WAL (readers do not block the writer) and a busy timeout (a reader's
+checkpoint or a second writer makes us wait instead of failing at once). PostgreSQL is
+used when the URL says so, through psycopg 3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, exc
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from asrpt.exceptions import DatabaseUnavailable, MigrationRequired
+
+#: Used when neither the command line nor the configuration names a database.
+from asrpt.paths import DEFAULT_DATABASE_URL  # noqa: E402  (the default lives with the other host paths)
+
+#: How long a SQLite writer waits for a lock before giving up, seconds.
+DEFAULT_BUSY_TIMEOUT_S = 5.0
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse ``url`` and pick our drivers: bare ``postgresql://`` means psycopg 3, not psycopg2."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError as error:
+        raise DatabaseUnavailable(str(url), f"not a database URL ({error})") from error
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise DatabaseUnavailable(
+            display_url(parsed), "unsupported database (use sqlite:// or postgresql+psycopg://)"
+        )
+    return parsed
+
+
+def display_url(url: str | URL) -> str:
+    """The URL as it may appear in logs and error messages (password masked)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except exc.ArgumentError:
+        return str(url)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The database file of a SQLite URL, or None for an in-memory database."""
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") or url.query.get("mode") == "memory":
+        return None
+    return Path(database)
+
+
+def make_engine(
+    url: str | URL,
+    *,
+    create: bool = False,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    echo: bool = False,
+) -> Engine:
+    """Build an engine for ``url``.
+
+    Parameters
+    ----------
+    url:
+        ``sqlite:///relative.db``, ``sqlite:////absolute.db``, ``sqlite://`` (memory) or
+        ``postgresql+psycopg://user:password@host:port/dbname``.
+    create:
+        For SQLite, whether a missing database file may be created (``asrpt db upgrade``
+        does; everything else expects a migrated database and fails clearly without one).
+    busy_timeout_s:
+        How long SQLite waits on a lock held by another connection, seconds.
+
+    Raises
+    ------
+    DatabaseUnavailable
+        The URL is not usable, or the SQLite file (or its directory) is missing.
+    """
+    parsed = normalize_url(url)
+    shown = display_url(parsed)
+    if parsed.get_backend_name() == "sqlite":
+        path = sqlite_path(parsed)
+        if path is not None:
+            if not path.exists():
+                if not create:
+                    raise MigrationRequired(
+                        shown, "database file does not exist; create it with `asrpt db upgrade`"
+                    )
+                if not path.parent.is_dir():
+                    raise DatabaseUnavailable(shown, f"directory {path.parent} does not exist")
+        engine = create_engine(
+            parsed, echo=echo, connect_args={"timeout": busy_timeout_s}
+        )
+        _configure_sqlite(engine, busy_timeout_s=busy_timeout_s, wal=path is not None)
+        return engine
+    return create_engine(
+        parsed,
+        echo=echo,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": max(1, round(busy_timeout_s))},
+    )
+
+
+def _configure_sqlite(engine: Engine, *, busy_timeout_s: float, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+        # The sqlite3 module opens transactions implicitly before DML only, so these
+        # PRAGMAs run outside a transaction, as journal_mode requires.
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if wal:
+                cursor.execute("PRAGMA journal_mode = WAL")
+                cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Sessions that keep loaded attributes after commit (the repository returns plain data)."""
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+_MISSING_SCHEMA_MARKERS = ("no such table", "undefinedtable", "does not exist")
+
+
+@contextlib.contextmanager
+def translate_errors(engine: Engine) -> Iterator[None]:
+    """Turn driver errors into :class:`DatabaseUnavailable` / :class:`MigrationRequired`.
+
+    A locked SQLite file, an unreachable server or a missing schema is something an admin
+    fixes, so it gets a message that names the database; constraint violations and the
+    like are bugs and pass through unchanged.
+    """
+    shown = display_url(engine.url)
+    try:
+        yield
+    except (exc.OperationalError, exc.ProgrammingError) as error:
+        reason = str(error.orig) if error.orig is not None else str(error)
+        lowered = f"{type(error.orig).__name__} {reason}".lower()
+        if any(marker in lowered for marker in _MISSING_SCHEMA_MARKERS) and (
+            "table" in lowered or "relation" in lowered
+        ):
+            raise MigrationRequired(
+                shown, f"schema missing ({reason.strip()}); run `asrpt db upgrade`"
+            ) from error
+        if isinstance(error, exc.ProgrammingError):
+            raise
+        if isinstance(error.orig, sqlite3.OperationalError) and "locked" in lowered:
+            raise DatabaseUnavailable(
+                shown, f"database is locked by another process ({reason.strip()})"
+            ) from error
+        raise DatabaseUnavailable(shown, reason.strip()) from error

@@ -1,0 +1,205 @@
+"""The random-forest iteration predictor, as a scikit-learn estimator.
+
+``X`` is the matrix of :func:`asrpt.predict.features.build_features` (columns
+:data:`~asrpt.predict.features.FEATURE_NAMES`), ``y`` the iterations (or the stand-in target
+of a trace). Everything is learnt in ``log1p`` space: iteration counts span orders of
+magnitude and a squared error on raw counts would fit the few longest jobs only.
+
+The forest does not learn log iterations from scratch but a correction to a *reference*:
+the median of the most specific history the job has (its group on the same accelerator
+type, else its group, else its user, else the training median). Trees approximate the
+near-identity map "a recurring job runs about as long as its group did" poorly with a few
+hundred distinct groups, and on the PAI trace a forest on raw targets lost to the group
+median it was given as a feature; learning the residual keeps that baseline and lets the
+forest adjust it from the request (accelerators, type, time limit, hint) and the other
+aggregates. The residual target is clipped to ``+-residual_clip`` so that a rerun that
+crashed after seconds does not drag its neighbours' predictions down.
+
+Jobs whose group has no finished history are *unseen*. For them the user's hint, scaled by
+that user's track record, is the starting prediction; without a hint ``unseen_policy``
+decides: ``"zero"`` is the A-SRPT paper's choice (predict 0 so that new jobs run first and
+reveal their length quickly, with :func:`raise_underestimate` correcting the order as they
+run), ``"fallback"`` uses the median chain alone (group, then user, then global), and
+``"model"`` applies the forest's correction to it as for any other job.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sklearn
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from asrpt.predict.features import COLUMN, FEATURE_NAMES, MISSING
+
+UNSEEN_POLICIES: tuple[str, ...] = ("zero", "fallback", "model")
+
+#: History keys of the reference median, least specific first.
+REFERENCE_CHAIN: tuple[str, ...] = ("user", "group", "group_accel")
+
+
+class IterationPredictor(RegressorMixin, BaseEstimator):
+    """Predicts a job's training iterations from its submission and its causal history.
+
+    Parameters
+    ----------
+    n_estimators:
+        Trees in the forest.
+    max_depth, min_samples_leaf:
+        Bound the size of each tree, and so of the model in memory and on disk.
+    max_features:
+        Features considered per split (scikit-learn's meaning).
+    residual_clip:
+        Bound on the learnt correction to the reference, in log1p units (1.0 is a factor of
+        about e either way).
+    random_state:
+        Seed passed to the forest, for reproducible fits.
+    unseen_policy:
+        What to predict for a job without group history and without a hint:
+        ``"zero"``, ``"fallback"`` or ``"model"`` (see the module docstring).
+    n_jobs:
+        Parallel workers for fitting and predicting (scikit-learn's meaning).
+
+    Attributes
+    ----------
+    forest_ : RandomForestRegressor
+        The fitted forest (on the clipped log1p residual over the reference).
+    global_median_ : float
+        Median iterations of the training jobs, the last step of the fallback chain.
+    sklearn_version_ : str
+        scikit-learn version the model was fitted with (a cached model of another version is
+        retrained, not loaded).
+    n_features_in_ : int
+        Number of columns seen in ``fit``.
+    """
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        max_depth: int | None = 16,
+        min_samples_leaf: int = 5,
+        max_features: float | int | str | None = 0.33,
+        residual_clip: float = 1.0,
+        random_state: int | None = None,
+        unseen_policy: str = "fallback",
+        n_jobs: int | None = None,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.min_samples_leaf = min_samples_leaf
+        self.max_features = max_features
+        self.residual_clip = residual_clip
+        self.random_state = random_state
+        self.unseen_policy = unseen_policy
+        self.n_jobs = n_jobs
+
+    def fit(self, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> IterationPredictor:
+        """Fit on feature rows ``X`` and iterations ``y`` (>= 0). Returns ``self``."""
+        if self.unseen_policy not in UNSEEN_POLICIES:
+            raise ValueError(
+                f"unseen_policy must be one of {UNSEEN_POLICIES}, got {self.unseen_policy!r}"
+            )
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        self._check_width(X)
+        if np.any(y < 0):
+            raise ValueError("iterations must be >= 0")
+        if not self.residual_clip > 0:
+            raise ValueError(f"residual_clip must be > 0, got {self.residual_clip!r}")
+        self.global_median_ = float(np.median(y))
+        residual = np.clip(
+            np.log1p(y) - self._reference_log(X), -self.residual_clip, self.residual_clip
+        )
+        self.forest_ = RandomForestRegressor(
+            n_estimators=self.n_estimators,
+            max_depth=self.max_depth,
+            min_samples_leaf=self.min_samples_leaf,
+            max_features=self.max_features,
+            random_state=self.random_state,
+            n_jobs=self.n_jobs,
+        ).fit(X, residual, sample_weight=sample_weight)
+        self.sklearn_version_ = sklearn.__version__
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Predicted iterations, >= 0, one per row of ``X``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        reference = self._reference_log(X)
+        predicted = np.clip(np.expm1(reference + self.forest_.predict(X)), 0.0, None)
+        unseen = X[:, COLUMN["group_count"]] <= 0
+        if not unseen.any():
+            return predicted
+
+        hinted = unseen & (X[:, COLUMN["log_hint_adjusted"]] != MISSING)
+        predicted[hinted] = np.expm1(X[hinted, COLUMN["log_hint_adjusted"]])
+
+        rest = unseen & ~hinted
+        if self.unseen_policy == "zero":
+            predicted[rest] = 0.0
+        elif self.unseen_policy == "fallback":
+            predicted[rest] = np.expm1(reference[rest])
+        return predicted
+
+    def unseen_mask(self, X: np.ndarray) -> np.ndarray:
+        """Which rows have no finished group history (the first-seen jobs)."""
+        X = np.asarray(X, dtype=np.float64)
+        return X[:, COLUMN["group_count"]] <= 0
+
+    def _reference_log(self, X: np.ndarray) -> np.ndarray:
+        """log1p of the median of the most specific history each row has (the fallback chain)."""
+        out = np.full(X.shape[0], math.log1p(self.global_median_), dtype=np.float64)
+        for key in REFERENCE_CHAIN:  # later keys are more specific and override earlier ones
+            has = X[:, COLUMN[f"{key}_count"]] > 0
+            out[has] = X[has, COLUMN[f"{key}_median"]]
+        return out
+
+    def _check_width(self, X: np.ndarray) -> None:
+        if X.shape[1] != len(FEATURE_NAMES):
+            raise ValueError(
+                f"X has {X.shape[1]} columns; IterationPredictor expects the "
+                f"{len(FEATURE_NAMES)} columns of asrpt.predict.features.build_features"
+            )
+
+    def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = True
+        return tags
+
+
+def raise_underestimate(
+    predicted: float, attained: float, *, factor: float = 2.0, floor: float = 1.0
+) -> float:
+    """The prediction to use for a job that has already run ``attained`` iterations.
+
+    While the job is within its prediction, the prediction stands. Once it has run that far,
+    the prediction is multiplied by ``factor`` (doubling by default) until it exceeds what
+    the job has attained, so an underestimated job stops jumping the queue while a job that
+    was predicted well is never penalised. A prediction of 0 (an unseen job under the paper's
+    policy) starts the doubling from ``floor``.
+
+    Pure; the caller records the raised prediction (``record_prediction``).
+    """
+    if factor <= 1.0:
+        raise ValueError(f"factor must be > 1, got {factor!r}")
+    if floor <= 0.0:
+        raise ValueError(f"floor must be > 0, got {floor!r}")
+    if not (math.isfinite(predicted) and math.isfinite(attained)):
+        raise ValueError(f"predicted and attained must be finite, got {predicted!r}, {attained!r}")
+    if attained < predicted:
+        return predicted
+    current = max(predicted, floor)
+    if current > attained:
+        return current
+    # Smallest k with current * factor**k > attained, computed directly and then nudged to
+    # absorb floating-point rounding at the boundary.
+    steps = max(1, math.ceil(math.log(attained / current) / math.log(factor)))
+    raised = current * factor**steps
+    while raised <= attained:
+        raised *= factor
+    while steps > 1 and raised / factor > attained:
+        raised /= factor
+        steps -= 1
+    return raised

@@ -1,0 +1,230 @@
+"""IterationPredictor follows scikit-learn's conventions and the policies asrpt needs."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone, is_regressor
+from sklearn.exceptions import NotFittedError
+
+from asrpt.predict.features import COLUMN, FEATURE_NAMES, JobRecord, build_features
+from asrpt.predict.predictor import IterationPredictor, raise_underestimate
+
+
+def synthetic_history(n_groups: int = 30, runs: int = 6, seed: int = 0) -> list[JobRecord]:
+    """Groups with a characteristic length (log-uniform), runs spread over time, +-10% noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    t = 0.0
+    lengths = np.exp(rng.uniform(np.log(100), np.log(100_000), n_groups))
+    for run in range(runs):
+        for g in range(n_groups):
+            t += 60.0
+            iterations = float(lengths[g] * rng.uniform(0.9, 1.1))
+            rows.append(
+                JobRecord(
+                    job_id=f"{run}-{g}",
+                    user=f"user{g % 5}",
+                    group=f"group{g}",
+                    submit_time_s=t,
+                    end_time_s=t + 30.0,
+                    iterations=iterations,
+                    accelerators=float(2 ** (g % 4)),
+                    accelerator_type="v100",
+                )
+            )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rows = synthetic_history()
+    return build_features(rows), np.array([r.iterations for r in rows])
+
+
+def small(**params) -> IterationPredictor:
+    return IterationPredictor(n_estimators=20, random_state=0, **params)
+
+
+def test_estimator_conventions(data) -> None:
+    X, y = data
+    model = small(max_depth=6)
+    assert is_regressor(model)
+    params = model.get_params()
+    assert params["max_depth"] == 6 and params["unseen_policy"] == "fallback"
+    copy = clone(model)
+    assert copy is not model and copy.get_params() == params
+    assert not [name for name in vars(model) if name.endswith("_")]  # __init__ stores params only
+
+    with pytest.raises(NotFittedError):
+        model.predict(X)
+    assert model.fit(X, y) is model
+    fitted = {name for name in vars(model) if name.endswith("_") and not name.startswith("_")}
+    assert {"forest_", "global_median_", "sklearn_version_", "n_features_in_"} <= fitted
+    assert clone(model).get_params() == params and not hasattr(clone(model), "forest_")
+
+    restored = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(restored.predict(X), model.predict(X))
+    assert np.array_equal(small(max_depth=6).fit(X, y).predict(X), model.predict(X))  # random_state
+
+
+def test_tree_size_is_bounded(data) -> None:
+    X, y = data
+    model = small(max_depth=4, min_samples_leaf=3).fit(X, y)
+    assert max(tree.get_depth() for tree in model.forest_.estimators_) <= 4
+    assert all(
+        tree.tree_.n_node_samples[tree.tree_.children_left == -1].min() >= 3
+        for tree in model.forest_.estimators_
+    )
+
+
+def test_input_validation(data) -> None:
+    X, y = data
+    with pytest.raises(ValueError, match="unseen_policy"):
+        small(unseen_policy="guess").fit(X, y)
+    with pytest.raises(ValueError, match="columns"):
+        small().fit(X[:, :5], y)
+    with pytest.raises(ValueError, match=">= 0"):
+        small().fit(X, -y)
+    model = small().fit(X, y)
+    with pytest.raises(ValueError):
+        model.predict(X[:, :-1])
+
+
+def test_recurring_jobs_are_predicted_from_their_group(data) -> None:
+    X, y = data
+    recurring = X[:, COLUMN["group_count"]] > 0
+    model = small().fit(X[: len(X) // 2], y[: len(y) // 2])
+    test = np.arange(len(X)) >= len(X) // 2
+    predicted = model.predict(X[test & recurring])
+    ape = np.abs(predicted - y[test & recurring]) / y[test & recurring]
+    assert np.median(ape) < 0.15  # runs vary +-10% around their group's length
+    assert np.all(predicted >= 0)
+
+
+def _unseen_row(user: str, hint: float | None, history: list[JobRecord]) -> np.ndarray:
+    """Features of a brand-new group's job submitted after ``history``."""
+    new = JobRecord(
+        job_id="new",
+        user=user,
+        group="never-seen",
+        submit_time_s=1e9,
+        accelerators=1.0,
+        accelerator_type="v100",
+        iterations_hint=hint,
+    )
+    return build_features([*history, new])[-1:]
+
+
+def test_unseen_policies() -> None:
+    history = synthetic_history()
+    X = build_features(history)
+    y = np.array([r.iterations for r in history])
+    known_user = _unseen_row("user1", None, history)
+    stranger = _unseen_row("nobody", None, history)
+    assert known_user[0, COLUMN["group_count"]] == 0
+
+    zero = small(unseen_policy="zero").fit(X, y)
+    assert zero.predict(known_user)[0] == 0.0
+    assert zero.predict(stranger)[0] == 0.0
+    assert zero.unseen_mask(stranger).tolist() == [True]
+
+    fallback = small(unseen_policy="fallback").fit(X, y)
+    user1 = [r.iterations for r in history if r.user == "user1"]
+    # Medians are taken of log1p values (an even count averages the middle two in log space).
+    expected = np.expm1(np.median(np.log1p(user1)))
+    assert fallback.predict(known_user)[0] == pytest.approx(expected, rel=1e-9)
+    assert fallback.predict(stranger)[0] == pytest.approx(np.median(y))
+    assert fallback.global_median_ == pytest.approx(np.median(y))
+
+    model = small(unseen_policy="model").fit(X, y)
+    assert model.predict(stranger)[0] > 0
+
+    # Recurring jobs are unaffected by the policy.
+    recurring = X[X[:, COLUMN["group_count"]] > 0]
+    assert np.array_equal(zero.predict(recurring), fallback.predict(recurring))
+
+
+def test_hint_is_the_starting_prediction_and_habitual_understatement_stops_paying() -> None:
+    history = synthetic_history()
+    # user0 states a quarter of what their jobs then run.
+    history = [
+        JobRecord(**{**_as_dict(r), "iterations_hint": r.iterations / 4 if r.user == "user0" else None})
+        for r in history
+    ]
+    X = build_features(history)
+    y = np.array([r.iterations for r in history])
+    for policy in ("zero", "fallback", "model"):
+        model = small(unseen_policy=policy).fit(X, y)
+        understater = model.predict(_unseen_row("user0", 1_000.0, history))[0]
+        newcomer = model.predict(_unseen_row("nobody", 1_000.0, history))[0]
+        assert understater == pytest.approx(4_000.0, rel=0.02), policy
+        assert newcomer == pytest.approx(1_000.0), policy
+
+
+def _as_dict(row: JobRecord) -> dict:
+    return {name: getattr(row, name) for name in row.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("predicted", "attained", "expected"),
+    [
+        (100.0, 0.0, 100.0),  # not started: keep
+        (100.0, 99.9, 100.0),  # within the prediction: keep
+        (100.0, 100.0, 200.0),  # reached it: double
+        (100.0, 250.0, 400.0),  # far past it: double until ahead again
+        (100.0, 399.0, 400.0),
+        (100.0, 400.0, 800.0),
+        (0.0, 0.0, 1.0),  # the paper's zero for unseen jobs: start doubling from the floor
+        (0.0, 5.0, 8.0),
+        (3.0, 1e12, 3.0 * 2.0**39),
+    ],
+)
+def test_raise_underestimate_doubles(predicted: float, attained: float, expected: float) -> None:
+    assert raise_underestimate(predicted, attained) == pytest.approx(expected)
+
+
+def test_raise_underestimate_is_minimal_and_validates() -> None:
+    rng = np.random.default_rng(7)
+    for predicted, attained in rng.uniform(0, 1e6, size=(500, 2)):
+        raised = raise_underestimate(predicted, attained, factor=1.5)
+        if attained < predicted:
+            assert raised == predicted
+            continue
+        assert raised > attained
+        assert raised / 1.5 <= attained or math.isclose(raised, max(predicted, 1.0))
+    with pytest.raises(ValueError):
+        raise_underestimate(10, 20, factor=1.0)
+    with pytest.raises(ValueError):
+        raise_underestimate(math.nan, 20)
+
+
+def test_feature_width_matches_names() -> None:
+    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES) == len(COLUMN)
+
+
+def test_model_cache_refuses_writable_places_and_other_versions(data, tmp_path, monkeypatch) -> None:
+    from asrpt.predict import persist
+
+    X, y = data
+    model = small().fit(X, y)
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    path = folder / "model.pkl"
+    persist.save_model(model, path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert np.array_equal(persist.load_model(path).predict(X), model.predict(X))
+    assert persist.load_model(folder / "absent.pkl") is None
+
+    folder.chmod(0o777)  # anyone could have swapped the file
+    assert persist.load_model(path) is None
+    folder.chmod(0o755)
+    path.chmod(0o622)
+    assert persist.load_model(path) is None
+    path.chmod(0o600)
+
+    monkeypatch.setattr(persist.sklearn, "__version__", "0.0-other")
+    assert persist.load_model(path) is None

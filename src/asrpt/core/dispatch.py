@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Callable, Iterable, Literal, Mapping, Sequence
 
 from asrpt.core.model import ClusterSnapshot, Job, Node, Partition, Placement, RunningJob
 from asrpt.core.placement import best_placement
@@ -39,6 +39,9 @@ class DispatchOptions:
     comm_heavy_ratio: float = 1.5
     #: A communication-heavy job waits at most tau x its ideal runtime for a better placement.
     comm_heavy_tau: float = 0.1
+    #: Jobs examined behind the first blocked one per cycle (backfill and greedy), like
+    #: Slurm's ``bf_max_job_test``: bounds the cost of a cycle on a very long queue.
+    backfill_depth: int = 100
 
     def __post_init__(self) -> None:
         if self.mode not in DISPATCH_MODES:
@@ -47,6 +50,8 @@ class DispatchOptions:
             raise ValueError(f"comm_heavy_ratio must be >= 1, got {self.comm_heavy_ratio}")
         if self.comm_heavy_tau < 0.0:
             raise ValueError(f"comm_heavy_tau must be >= 0, got {self.comm_heavy_tau}")
+        if self.backfill_depth < 0:
+            raise ValueError(f"backfill_depth must be >= 0, got {self.backfill_depth}")
 
 
 @dataclass(slots=True)
@@ -56,6 +61,8 @@ class DispatchResult:
     reasons: Reasons = field(default_factory=Reasons)
     #: Earliest time a hold expires (the policy must be asked again then).
     wake_at_s: float = math.inf
+    #: Accelerators still free once the starts are made.
+    accelerators_free_after: int = 0
 
 
 def expected_end_s(running: RunningJob, now_s: float, runtime_s: float) -> float:
@@ -78,6 +85,8 @@ class FreeCapacity:
         self.free_total = sum(self.free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
         self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
+        #: Per restriction, the smallest gang that found no room (valid until capacity grows).
+        self._misfits: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
 
     def nodes(self) -> tuple[Node, ...]:
         """Nodes with at least one free accelerator (the only ones placement can use)."""
@@ -85,14 +94,27 @@ class FreeCapacity:
             self._cache = tuple(n for n in self._nodes.values() if n.accelerators_free > 0)
         return self._cache
 
-    def total_free(self, partitions: Sequence[Partition], job: Job) -> int:
-        """Free accelerators on the partitions ``job`` allows."""
+    def _allowed_names(self, partitions: Sequence[Partition], job: Job) -> tuple[str, ...]:
         key = (job.allowed_partitions, job.allowed_accelerators)
         names = self._allowed.get(key)
         if names is None:
             names = self._allowed[key] = tuple(p.name for p in partitions if job.allows(p))
+        return names
+
+    def fits(self, partitions: Sequence[Partition], job: Job) -> bool:
+        """Whether some partition ``job`` allows has ``job.accelerators`` free (a gang never
+        spans partitions). Remembers the smallest size that did not fit per restriction, so a
+        long queue of jobs that cannot start costs a dictionary lookup each."""
+        key = (job.allowed_partitions, job.allowed_accelerators)
+        g = job.accelerators
+        smallest_misfit = self._misfits.get(key)
+        if smallest_misfit is not None and g >= smallest_misfit:
+            return False
         free = self.free_by_partition
-        return sum(free.get(name, 0) for name in names)
+        if any(free.get(name, 0) >= g for name in self._allowed_names(partitions, job)):
+            return True
+        self._misfits[key] = g
+        return False
 
     def take(self, placement: Placement) -> None:
         for name, count in placement.node_counts.items():
@@ -114,6 +136,7 @@ class FreeCapacity:
             self.free_total += freed - node.accelerators_free
             self._nodes[name] = replace(node, accelerators_free=freed)
         self._cache = None
+        self._misfits.clear()
 
     def capped(self, partition: str, cap_by_node: Mapping[str, int]) -> "FreeCapacity":
         """This capacity with ``partition``'s nodes limited to ``cap_by_node`` (the spare
@@ -134,6 +157,7 @@ class FreeCapacity:
         twin.free_by_partition = dict(self.free_by_partition)
         twin.free_total = self.free_total
         twin._allowed = self._allowed
+        twin._misfits = dict(self._misfits)
         return twin
 
 
@@ -169,7 +193,7 @@ def _reserve(
         if math.isinf(end_s):
             break
         future.give(counts)
-        if future.total_free(snapshot.partitions, head) < head.accelerators:
+        if not future.fits(snapshot.partitions, head):
             continue
         placement = best_placement(head, future.nodes(), snapshot.partitions, speed)
         if placement is not None:
@@ -188,7 +212,7 @@ def _delays_reservation(placement: Placement, end_s: float, reservation: _Reserv
 
 
 def dispatch(
-    queue: Sequence[Job],
+    queue: Iterable[Job],
     snapshot: ClusterSnapshot,
     now_s: float,
     *,
@@ -211,38 +235,46 @@ def dispatch(
     #: ``free`` with the reservation's accelerators taken out: what a job that would still be
     #: running at the reserved start may use (rebuilt after each start).
     around_reservation: FreeCapacity | None = None
-    blocked_head: str | None = None
+    blocked_head: Job | None = None
+    reserve_tried = False
+    examined_behind_head = 0
     for position, job in enumerate(queue):
-        if blocked_head is not None and options.mode == "strict":
-            break  # everything behind the head waits; `asrpt explain` derives that from the order
+        if blocked_head is not None:
+            if options.mode == "strict" or examined_behind_head >= options.backfill_depth:
+                break  # everything further back waits; `asrpt explain` derives that from the order
+            examined_behind_head += 1
         if free.free_total <= 0:
             break  # nothing more can start this cycle
+        if not free.fits(snapshot.partitions, job):
+            result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
+            if blocked_head is None:
+                blocked_head = job
+            continue
+        if blocked_head is not None and options.mode == "backfill" and not reserve_tried:
+            # Reserve for the head only now that a later job could start (often none can).
+            reserve_tried = True
+            reservation = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s)
+            if reservation is not None:
+                result.reasons.note(
+                    blocked_head.job_id,
+                    "waiting for {} accelerators; reserved on {} from t={:.0f}s",
+                    blocked_head.accelerators,
+                    reservation.partition,
+                    reservation.start_s,
+                )
         capacity = free
         if reservation is not None and now_s + runtime_s(job, alpha_min_s(job)) > reservation.start_s:
             if around_reservation is None:
                 around_reservation = free.capped(reservation.partition, reservation.spare_by_node)
             capacity = around_reservation
-        placement = None
-        if capacity.total_free(snapshot.partitions, job) >= job.accelerators:
-            placement = best_placement(job, capacity.nodes(), snapshot.partitions, speed)
+        placement = best_placement(job, capacity.nodes(), snapshot.partitions, speed) if capacity.fits(snapshot.partitions, job) else None
         if placement is None:
-            if capacity is not free and reservation is not None and free.total_free(snapshot.partitions, job) >= job.accelerators:
+            if capacity is not free and reservation is not None:
                 result.reasons.note(job.job_id, "would delay the reserved start of {}", reservation.job_id)
-                continue
-            result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
-            if blocked_head is None:
-                blocked_head = job.job_id
-                if options.mode == "backfill":
-                    reservation = _reserve(job, snapshot, free, started, now_s, speed, runtime_s)
-                    if reservation is not None:
-                        result.reasons.note(
-                            job.job_id,
-                            "waiting for {} accelerators (queue position {}); reserved on {} from t={:.0f}s",
-                            job.accelerators,
-                            position + 1,
-                            reservation.partition,
-                            reservation.start_s,
-                        )
+            else:
+                result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
+                if blocked_head is None:
+                    blocked_head = job
             continue
         ideal_s = alpha_min_s(job)
         ratio = placement.iteration_time_s / ideal_s if ideal_s > 0 else 1.0
@@ -280,5 +312,6 @@ def dispatch(
             len(placement.node_counts),
             ratio,
         )
+    result.accelerators_free_after = free.free_total
     return result
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 from typing import Any, Iterable
 
 _INF = math.inf
@@ -34,22 +33,11 @@ def virtual_size_s(accelerators: int, iterations: float, alpha_min_s: float, cap
     return (accelerators / capacity) * max(iterations, 0.0) * alpha_min_s
 
 
-@dataclass(slots=True)
-class _Entry:
-    """A heap entry; ``valid`` is cleared instead of deleting (lazy removal)."""
-
-    remaining_s: float
-    release_s: float
-    tie: tuple[int, int, str]
-    job_id: str
-    valid: bool = True
-
-    def __lt__(self, other: "_Entry") -> bool:
-        return (self.remaining_s, self.release_s, self.tie) < (
-            other.remaining_s,
-            other.release_s,
-            other.tie,
-        )
+# A heap entry is a list [remaining_s, release_s, tie, job_id, valid] so that heap operations
+# and sorting compare in C; ``valid`` is cleared instead of deleting (lazy removal). The tie
+# key embeds the job id, so two live entries never compare equal.
+_REMAINING, _RELEASE, _TIE, _ID, _VALID = range(5)
+_Entry = list
 
 
 class VirtualSRPT:
@@ -90,15 +78,15 @@ class VirtualSRPT:
         entry = self._entries.get(job_id)
         if entry is None:
             return  # already virtually complete: its place in Q stays
-        remaining = max(entry.remaining_s + (new_size_s - old_size_s), 0.0)
-        entry.valid = False
-        self._push(job_id, remaining, entry.release_s)
+        remaining = max(entry[_REMAINING] + (new_size_s - old_size_s), 0.0)
+        entry[_VALID] = False
+        self._push(job_id, remaining, entry[_RELEASE])
 
     def remove(self, job_id: str) -> None:
         """Forget a job (cancelled, or started in the real cluster before its virtual end)."""
         entry = self._entries.pop(job_id, None)
         if entry is not None:
-            entry.valid = False
+            entry[_VALID] = False
         if job_id in self._arriving:
             self._arriving.discard(job_id)
             self._pending_arrivals = [a for a in self._pending_arrivals if a[2] != job_id]
@@ -116,16 +104,16 @@ class VirtualSRPT:
             if self.clock_s == -_INF:
                 self.clock_s = min(next_arrival_s, now_s)
             if head is not None:
-                finish_s = self.clock_s + head.remaining_s
+                finish_s = self.clock_s + head[_REMAINING]
                 if finish_s <= min(next_arrival_s, now_s):
                     self.clock_s = finish_s
                     heapq.heappop(self._heap)
-                    del self._entries[head.job_id]
-                    done.append((finish_s, head.job_id))
+                    del self._entries[head[_ID]]
+                    done.append((finish_s, head[_ID]))
                     continue
             step_to_s = min(next_arrival_s, now_s)
             if head is not None:
-                head.remaining_s -= step_to_s - self.clock_s  # key only shrinks: heap stays valid
+                head[_REMAINING] -= step_to_s - self.clock_s  # key only shrinks: heap stays valid
             self.clock_s = step_to_s
             if self._pending_arrivals and next_arrival_s <= now_s:
                 rel, _tie, job_id, size = heapq.heappop(self._pending_arrivals)
@@ -139,13 +127,13 @@ class VirtualSRPT:
     def next_completion_s(self) -> float:
         """When the head completes if nothing else arrives (the policy's next wake-up)."""
         head = self._head()
-        return _INF if head is None else self.clock_s + head.remaining_s
+        return _INF if head is None else self.clock_s + head[_REMAINING]
 
     def remaining_s(self, job_id: str) -> float | None:
         """Remaining virtual work; 0 once complete, None if unknown."""
         entry = self._entries.get(job_id)
         if entry is not None:
-            return entry.remaining_s
+            return entry[_REMAINING]
         for rel, _tie, jid, size in self._pending_arrivals:
             if jid == job_id:
                 return size
@@ -153,17 +141,17 @@ class VirtualSRPT:
 
     def active_ids(self) -> list[str]:
         """Released, not yet virtually complete, in SRPT order."""
-        live = sorted(e for e in self._heap if e.valid)
+        live = sorted(e for e in self._heap if e[_VALID])
         waiting = [a[2] for a in sorted(self._pending_arrivals)]
-        return [e.job_id for e in live] + waiting
+        return [e[_ID] for e in live] + waiting
 
     def _head(self) -> _Entry | None:
-        while self._heap and not self._heap[0].valid:
+        while self._heap and not self._heap[0][_VALID]:
             heapq.heappop(self._heap)
         return self._heap[0] if self._heap else None
 
     def _push(self, job_id: str, remaining_s: float, release_s: float) -> None:
-        entry = _Entry(remaining_s, release_s, id_sort_key(job_id), job_id)
+        entry: _Entry = [remaining_s, release_s, id_sort_key(job_id), job_id, True]
         self._entries[job_id] = entry
         heapq.heappush(self._heap, entry)
 
@@ -171,7 +159,7 @@ class VirtualSRPT:
     def to_dict(self) -> dict[str, Any]:
         return {
             "clock_s": None if self.clock_s == -_INF else self.clock_s,
-            "active": [[e.job_id, e.remaining_s, e.release_s] for e in self._heap if e.valid],
+            "active": [[e[_ID], e[_REMAINING], e[_RELEASE]] for e in self._heap if e[_VALID]],
             "arrivals": [[jid, rel, size] for rel, _t, jid, size in self._pending_arrivals],
             "completed": [[t, jid] for t, jid in self.completed],
         }

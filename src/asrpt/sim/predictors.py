@@ -37,10 +37,8 @@ class _ArrivalPredictions:
         return None
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
-        if all(j.predicted_iterations is not None for j in snapshot.pending):
-            return snapshot
-        pending = tuple(j if j.predicted_iterations is not None else self.predict(j, now_s) for j in snapshot.pending)
-        return replace(snapshot, pending=pending)
+        """Nothing to do: the engine calls ``predict`` for every job as it arrives."""
+        return snapshot
 
 
 class OraclePredictions(_ArrivalPredictions):

@@ -87,9 +87,8 @@ class RandomForestPredictions:
             self._next_fit = int(len(self._finished) * self.growth) + 1
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
-        if all(j.predicted_iterations is not None for j in snapshot.pending):
-            return snapshot
-        return replace(snapshot, pending=tuple(j if j.predicted_iterations is not None else self.predict(j, now_s) for j in snapshot.pending))
+        """Nothing to do: the engine calls ``predict`` for every job as it arrives."""
+        return snapshot
 
     def _fit(self) -> None:
         X = build_features(self._finished)

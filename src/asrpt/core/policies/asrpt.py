@@ -50,6 +50,8 @@ class ASRPTState:
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
     #: The Job object last seen per pending id, to skip unchanged jobs; derived, not serialised.
     seen: dict[str, Job] = field(default_factory=dict)
+    #: Pending jobs no allowed partition can ever hold (they stay last); derived.
+    never_fits: set[str] = field(default_factory=set)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,15 +96,20 @@ class ASRPTPolicy:
         pending = {job.job_id: job for job in snapshot.pending}
         reasons = Reasons()
 
-        for job_id in [j for j in state.sizes_s if j not in pending]:
-            del state.sizes_s[job_id]
-            state.machine.remove(job_id)
-            state.first_blocked_s.pop(job_id, None)
-        for job_id in [j for j in state.seen if j not in pending]:
-            del state.seen[job_id]
-            state.alpha_min_cache_s.pop(job_id, None)
-        if len(state.queue) != sum(1 for j in state.queue if j in pending):
-            state.queue = [j for j in state.queue if j in pending]
+        gone = [j for j in state.seen if j not in pending]
+        if len(state.sizes_s) > len(state.seen) - len(gone):
+            # restored from storage: sized jobs this process has not seen yet may have left
+            gone = list({*gone, *(j for j in state.sizes_s if j not in pending)})
+        if gone:
+            for job_id in gone:
+                state.seen.pop(job_id, None)
+                state.never_fits.discard(job_id)
+                state.alpha_min_cache_s.pop(job_id, None)
+                state.first_blocked_s.pop(job_id, None)
+                if state.sizes_s.pop(job_id, None) is not None:
+                    state.machine.remove(job_id)
+            left = set(gone)
+            state.queue = [j for j in state.queue if j not in left]
 
         for job in snapshot.pending:
             if state.seen.get(job.job_id) is job:
@@ -110,6 +117,7 @@ class ASRPTPolicy:
             state.seen[job.job_id] = job
             ideal_s = self._alpha_min_s(job, snapshot, state)
             if math.isinf(ideal_s):
+                state.never_fits.add(job.job_id)
                 reasons.note(job.job_id, "no partition it allows can ever hold it")
                 continue
             size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
@@ -130,7 +138,7 @@ class ASRPTPolicy:
         if self.options.queue_order == "remaining":
             dispatchable += still_virtual
         result = dispatch(
-            [pending[j] for j in dispatchable],
+            (pending[j] for j in dispatchable),
             snapshot,
             now_s,
             speed=self.speed,
@@ -141,14 +149,21 @@ class ASRPTPolicy:
         )
         reasons.merge(result.reasons)
         order = tuple(dispatchable) + (() if self.options.queue_order == "remaining" else tuple(still_virtual))
-        order += tuple(j for j in pending if j not in state.sizes_s)
+        order += tuple(j for j in state.never_fits if j in pending)
         return Decision(
             order=order,
             starts=tuple(result.starts),
             holds=tuple(result.holds),
             reasons=reasons,
-            wake_at_s=min(result.wake_at_s, state.machine.next_completion_s()),
+            wake_at_s=min(result.wake_at_s, self._next_dispatchable_s(state, result.accelerators_free_after)),
         )
+
+    def _next_dispatchable_s(self, state: ASRPTState, accelerators_free: int) -> float:
+        """When the next job becomes dispatchable, if that can change anything: with no free
+        accelerator, the next job end is the earliest moment a start is possible anyway."""
+        if self.options.queue_order == "remaining" or accelerators_free <= 0:
+            return math.inf
+        return state.machine.next_completion_s()
 
     def _alpha_min_s(self, job: Job, snapshot: ClusterSnapshot, state: ASRPTState) -> float:
         cached = state.alpha_min_cache_s.get(job.job_id)

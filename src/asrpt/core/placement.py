@@ -1,0 +1,310 @@
+"""Heavy-Edge placement of a gang job onto free accelerators of one partition, and the choice of partition.
+
+Heavy-Edge (papers.md A.6, reconstructed): take the fewest nodes that can hold the job, glue
+workers together along the heaviest edges of the job graph (union-find, a group never larger
+than the biggest free node), put groups on nodes largest-first and best-fit, and split a
+group that fits nowhere by gluing it again under the space that is left. Its cost is the cut
+weight; its quality is alpha(x) from ``asrpt.core.comm``.
+
+Two additions of ours, both cheap, both measured in ``bench/bench_placement.py``: (1) besides
+the bytes order we also glue in the order alpha cares about (what a spanning collective costs
+per iteration; collectives too big to stay whole last), and (2) when the fewest nodes force a
+glued group apart we also try spreading whole groups over all free nodes. The candidate with
+the smallest alpha wins (then fewer nodes, then smaller cut).
+
+These functions run per pending job per scheduling event in an 80k-job replay, so the common
+cases never touch networkx: a job that fits on one node is placed best-fit in closed form, and
+the multi-node path works on the cached, pre-sorted edge list of the job's shape.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import math
+from typing import Sequence
+
+from asrpt.core.comm import (
+    JobShape,
+    _alpha_from_codes,
+    _cut_from_codes,
+    ideal_iteration_time_s,
+    job_shape,
+    single_node_iteration_time_s,
+)
+from asrpt.core.model import Job, Node, Partition, Placement
+from asrpt.core.speed import SpeedTable
+
+__all__ = ["heavy_edge_place", "best_placement", "alpha_min_s"]
+
+
+class _PartitionView:
+    """Per-partition facts of one node tuple: free nodes, free total, largest and total size."""
+
+    __slots__ = ("free_nodes", "free_total", "largest", "total", "_fit_keys", "_fit_nodes")
+
+    def __init__(self) -> None:
+        self.free_nodes: list[Node] = []
+        self.free_total = 0
+        self.largest = 0
+        self.total = 0
+        self._fit_keys: list[tuple[int, str]] | None = None
+        self._fit_nodes: list[Node] = []
+
+    def best_fit(self, g: int) -> Node | None:
+        """The node with the smallest free count >= g (then the smallest name), by bisection."""
+        if self._fit_keys is None:
+            ordered = sorted(self.free_nodes, key=lambda n: (n.accelerators_free, n.name))
+            self._fit_keys = [(n.accelerators_free, n.name) for n in ordered]
+            self._fit_nodes = ordered
+        i = bisect.bisect_left(self._fit_keys, (g, ""))
+        return self._fit_nodes[i] if i < len(self._fit_nodes) else None
+
+
+#: One-entry cache: a policy asks about many pending jobs against the same snapshot tuple.
+_last_view: tuple[object, dict[str, _PartitionView]] | None = None
+
+
+def _views(nodes: Sequence[Node]) -> dict[str, _PartitionView]:
+    """Group ``nodes`` once per distinct tuple (tuples of frozen nodes cannot change under us)."""
+    global _last_view
+    cached = _last_view
+    if cached is not None and cached[0] is nodes:
+        return cached[1]
+    views: dict[str, _PartitionView] = {}
+    for node in nodes:
+        view = views.get(node.partition)
+        if view is None:
+            view = views[node.partition] = _PartitionView()
+        view.total += node.accelerators_total
+        if node.accelerators_total > view.largest:
+            view.largest = node.accelerators_total
+        if node.accelerators_free > 0:
+            view.free_nodes.append(node)
+            view.free_total += node.accelerators_free
+    if isinstance(nodes, tuple):
+        _last_view = (nodes, views)
+    return views
+
+
+def heavy_edge_place(job: Job, nodes: Sequence[Node], partition: Partition, speed: SpeedTable) -> Placement | None:
+    """Heavy-Edge placement of ``job`` on the free accelerators of ``partition``'s nodes in ``nodes``.
+
+    Gang: every worker gets an accelerator or the result is None (too few free accelerators).
+    Nodes of other partitions are ignored; no node gets more workers than it has free. Whether
+    the job *may* use the partition is the caller's business (see :func:`best_placement`).
+    Unknown workload class or accelerator: ``KeyError`` from the speed table.
+    """
+    view = _views(nodes).get(partition.name)
+    if view is None:
+        return None
+    return _place(job, partition, speed, view)
+
+
+def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionView) -> Placement | None:
+    """Heavy-Edge on the free nodes of ``view`` (one partition of one node tuple)."""
+    g = job.accelerators
+    if view.free_total < g:
+        return None
+    best = view.best_fit(g)
+    if best is not None:
+        return Placement(
+            job_id=job.job_id,
+            partition=partition.name,
+            worker_nodes=(best.name,) * g,
+            iteration_time_s=single_node_iteration_time_s(job, partition, speed),
+            cut_gb=0.0,
+        )
+    shape = job_shape(job, speed)
+    ordered = sorted(view.free_nodes, key=lambda n: (-n.accelerators_free, n.name))
+    total, count = 0, 0
+    for node in ordered:
+        total += node.accelerators_free
+        count += 1
+        if total >= g:
+            break
+    c_s = speed.step_time_s(job.workload_class, partition.accelerator) / (job.parallel.pipeline * job.parallel.tensor)
+    best_key: tuple[float, int, float] | None = None
+    best_codes: list[int] = []
+    best_nodes: Sequence[Node] = ()
+    # Glue order: heaviest bytes first (the classic Heavy-Edge), and, if different, the order
+    # alpha cares about (see _kind_orders). For each, the fewest nodes first; only if a glued
+    # group had to be split there, also spread whole groups best-fit over every free node.
+    # Keep the smallest alpha, then fewer nodes, then smaller cut.
+    # No placement on these nodes beats the exact ideal for nodes as large as the largest free
+    # count: stop as soon as a candidate reaches it (usually the first one does).
+    largest_free = ordered[0].accelerators_free
+    floor_s = ideal_iteration_time_s(job, partition, largest_free, speed) * (1 + 1e-12)
+    for kinds in _kind_orders(shape, largest_free):
+        edges = _edges_in_order(shape, kinds)
+        glued = _coarsen(shape, range(shape.workers), largest_free, edges)
+        for chosen in (ordered[:count], ordered):
+            codes, split = _heavy_edge_codes(shape, [n.accelerators_free for n in chosen], edges, glued)
+            alpha = _alpha_from_codes(c_s, shape, codes, partition.intra_node_gbps, partition.inter_node_gbps)
+            key = (alpha, len(set(codes)), _cut_from_codes(shape, codes))
+            if best_key is None or key < best_key:
+                best_key, best_codes, best_nodes = key, codes, chosen
+            if not split or count == len(ordered):
+                break
+        if best_key[0] <= floor_s:
+            break
+    assert best_key is not None
+    return Placement(
+        job_id=job.job_id,
+        partition=partition.name,
+        worker_nodes=tuple(best_nodes[c].name for c in best_codes),
+        iteration_time_s=best_key[0],
+        cut_gb=best_key[2],
+    )
+
+
+def _kind_orders(shape: JobShape, cap: int) -> list[tuple[int, ...]]:
+    """Orders in which to glue edge kinds (0 TP, 1 PP, 2 DP), present kinds only.
+
+    First by bytes per edge (Heavy-Edge proper: minimises the cut). Second by what alpha pays
+    when a collective of that kind spans nodes, with kinds whose collective cannot fit in
+    ``cap`` (the largest free count) last: alpha charges a spanning collective once, however
+    many nodes it touches, so gluing most of a DP ring that must span anyway only steals room
+    from TP groups that could stay whole. Then every other order (at most 6 in all), again with
+    collectives that cannot fit last: alpha's max over stages means e.g. cutting every PP
+    boundary can cost no more than cutting one, which no single fixed order anticipates.
+    """
+    present = [k for k in range(3) if shape.edges_by_kind[k]]
+    by_bytes = tuple(sorted(present, key=lambda k: (-shape.edges_by_kind[k][0][2], k)))
+    by_alpha = tuple(sorted(present, key=lambda k: (shape.collective_size[k] > cap, -shape.span_penalty[k], k)))
+    orders = [by_bytes]
+    if by_alpha != by_bytes:
+        orders.append(by_alpha)
+    for perm in itertools.permutations(present):
+        fits_first = tuple(sorted(perm, key=lambda k: shape.collective_size[k] > cap))
+        if fits_first not in orders:
+            orders.append(fits_first)
+    return orders
+
+
+@functools.lru_cache(maxsize=4096)
+def _edges_in_order(shape: JobShape, kinds: tuple[int, ...]) -> tuple[tuple[int, int, float, int], ...]:
+    return tuple(e for k in kinds for e in shape.edges_by_kind[k])
+
+
+def _coarsen(shape: JobShape, members: Sequence[int], cap: int,
+             edges: Sequence[tuple[int, int, float, int]]) -> list[list[int]]:
+    """Union-find over ``members`` along ``edges`` in order; no group grows beyond ``cap``."""
+    g = shape.workers
+    inside = bytearray(g)
+    for v in members:
+        inside[v] = 1
+    parent = list(range(g))
+    size = [1] * g
+    budget = len(members) - 1  # merges left before everything is one group
+    for u, v, _, _ in edges:
+        if not (inside[u] and inside[v]):
+            continue
+        a = u
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        b = v
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b and size[a] + size[b] <= cap:
+            if b < a:
+                a, b = b, a
+            parent[b] = a
+            size[a] += size[b]
+            budget -= 1
+            if budget == 0:
+                break
+    groups: dict[int, list[int]] = {}
+    for v in members:
+        root = v
+        while parent[root] != root:
+            root = parent[root]
+        groups.setdefault(root, []).append(v)
+    return list(groups.values())
+
+
+def _heavy_edge_codes(shape: JobShape, capacities: Sequence[int], edges: Sequence[tuple[int, int, float, int]],
+                      glued: Sequence[Sequence[int]]) -> tuple[list[int], bool]:
+    """Node index per worker, and whether a glued group had to be split.
+
+    ``capacities`` are the free counts of candidate nodes (sum >= workers, the largest first);
+    node indices double as the tie-break order (the caller sorts nodes by free desc, then
+    name). ``glued`` is the coarsening of all workers under the largest capacity.
+    """
+    remaining = list(capacities)
+    codes = [-1] * shape.workers
+    pending = [list(group) for group in glued]
+    split = False
+    while pending:
+        pending.sort(key=lambda grp: (-len(grp), grp[0]))
+        group = pending.pop(0)
+        size = len(group)
+        target = -1
+        for s, room in enumerate(remaining):  # best fit: least room that still holds the group
+            if room >= size and (target < 0 or room < remaining[target]):
+                target = s
+        if target >= 0:
+            for v in group:
+                codes[v] = target
+            remaining[target] -= size
+            continue
+        # Fits nowhere: glue it again under the largest space left, cutting its lightest edges.
+        split = True
+        pending.extend(_coarsen(shape, group, max(remaining), edges))
+    return codes, split
+
+
+def best_placement(
+    job: Job, nodes: Sequence[Node], partitions: Sequence[Partition], speed: SpeedTable
+) -> Placement | None:
+    """The Heavy-Edge placement with the smallest alpha over the partitions ``job`` may use.
+
+    Partitions whose accelerator the speed table does not know are skipped. Ties go to fewer
+    nodes, then the partition name. None when no allowed partition has room now.
+    """
+    views = _views(nodes)
+    g = job.accelerators
+    candidates: list[tuple[float, str, Partition, _PartitionView]] = []
+    for partition in partitions:
+        view = views.get(partition.name)
+        if view is None or view.free_total < g:
+            continue
+        if not job.allows(partition) or not speed.knows(partition.accelerator):
+            continue
+        # alpha never drops below the all-intra closed form: a lower bound to prune with.
+        candidates.append((single_node_iteration_time_s(job, partition, speed), partition.name, partition, view))
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    best: Placement | None = None
+    best_key: tuple[float, int, str] | None = None
+    for lower_bound, _, partition, view in candidates:
+        if best_key is not None and lower_bound > best_key[0]:
+            break
+        placement = _place(job, partition, speed, view)
+        if placement is None:
+            continue
+        key = (placement.iteration_time_s, len(set(placement.worker_nodes)), partition.name)
+        if best_key is None or key < best_key:
+            best, best_key = placement, key
+    return best
+
+
+def alpha_min_s(job: Job, partitions: Sequence[Partition], nodes: Sequence[Node], speed: SpeedTable) -> float:
+    """alpha_min: the best per-iteration time the job could ever get on the partitions it may use.
+
+    Per allowed partition (known accelerator, at least g accelerators in total, busy or not), the
+    ideal alpha on empty nodes as large as its largest node; ``math.inf`` if no partition qualifies.
+    """
+    views = _views(nodes)
+    g = job.accelerators
+    best = math.inf
+    for partition in partitions:
+        view = views.get(partition.name)
+        if view is None or view.total < g or view.largest < 1:
+            continue
+        if not job.allows(partition) or not speed.knows(partition.accelerator):
+            continue
+        best = min(best, ideal_iteration_time_s(job, partition, view.largest, speed))
+    return best

@@ -67,7 +67,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     from asrpt.core.dispatch import DispatchOptions
     from asrpt.core.policies import ASRPTOptions
 
-    columns = _parse_columns(args.columns) if args.columns else None
+    from asrpt.sim.traces import parse_columns
+
+    columns = parse_columns(args.columns) if args.columns else None
     comparison = compare(
         trace=args.trace,
         fmt=args.fmt,
@@ -259,16 +261,6 @@ def plot_jct_cdfs(jct_by_policy: dict[str, list[float]], path: Path, title: str)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def _parse_columns(text: str) -> dict[str, str]:
-    mapping: dict[str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise AsrptError(f"--columns: expected KEY=COLUMN pairs separated by commas, got {part!r}")
-        mapping[key.strip()] = value.strip()
-    return mapping
 
 
 class _ProgressBar:

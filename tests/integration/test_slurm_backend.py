@@ -6,12 +6,14 @@ both in the default umbrella partition gpu; node4 with npu:8 (npu). Jobs are sle
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import tomllib
 
 import pytest
 
 from asrpt.core.model import Decision, Partition, Placement
+from asrpt.daemon.config import load_config as load_daemon_config
 from asrpt.exceptions import SlurmUnreachable
 from asrpt.slurm.cli_backend import PRIORITY_AUTO_MAX, SlurmBackendConfig, SlurmCliBackend
 from asrpt.slurm.parsing import parse_squeue_json
@@ -29,15 +31,9 @@ def apply(backend, decision, **kwargs):
 
 
 def load_config(cluster: LocalCluster, **overrides) -> SlurmBackendConfig:
-    """The backend configuration from the test-bed's asrpt.toml (its [slurm] table maps 1:1)."""
-    with open(cluster.dir / "asrpt.toml", "rb") as handle:
-        table = dict(tomllib.load(handle)["slurm"])
-    partitions = tuple(
-        Partition(**{k: v for k, v in p.items() if k in ("name", "accelerator", "intra_node_gbps", "inter_node_gbps")})
-        for p in table.pop("partitions")
-    )
-    table["accelerator_gres"] = tuple(table["accelerator_gres"])
-    return SlurmBackendConfig(partitions=partitions, **{**table, **overrides})
+    """The backend configuration as the daemon reads it from the test-bed's asrpt.toml."""
+    config = load_daemon_config(cluster.dir / "asrpt.toml", environ={})
+    return dataclasses.replace(config.slurm, **overrides)
 
 
 def make_backend(cluster: LocalCluster, **overrides) -> SlurmCliBackend:
@@ -55,7 +51,7 @@ def test_asrpt_toml_matches_the_cluster(cluster):
     assert [p.name for p in config.partitions] == ["a100", "v100", "npu"]
     with open(cluster.dir / "asrpt.toml", "rb") as handle:
         doc = tomllib.load(handle)
-    assert doc["daemon"]["database"] == f"sqlite:///{cluster.dir}/asrpt.db"
+    assert doc["database"]["url"] == f"sqlite:///{cluster.dir}/asrpt.db"
     assert doc["wrapper"]["real_sbatch"] == "/usr/bin/sbatch"
 
 

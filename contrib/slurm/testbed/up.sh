@@ -413,12 +413,13 @@ flock -u 9
 cat > "$DIR/asrpt.toml" <<EOF
 # asrptd configuration for the test-bed in $DIR (written by contrib/slurm/testbed/up.sh).
 #
-# DRAFT FORMAT: the daemon's config loader is not written yet. The intent: unknown keys are
-# errors that list the valid ones; ASRPT_<SECTION>_<KEY> environment variables override.
-#   [daemon]              the cycle: interval, history database, spool of submission records
+# Format: src/asrpt/daemon/config.py (unknown keys are errors that list the valid ones;
+# ASRPT_<SECTION>_<KEY> environment variables override).
+#   [daemon]              the cycle: interval, policy
+#   [database]            the history database
+#   [spool]               where asrpt-sbatch leaves one record per submission
 #   [wrapper]             asrpt-sbatch: the real sbatch by absolute path (never a PATH lookup)
-#   [slurm]               keys = fields of asrpt.slurm.cli_backend.SlurmBackendConfig (same names;
-#                         omitted ones take its defaults)
+#   [slurm]               keys = fields of asrpt.slurm.cli_backend.SlurmBackendConfig
 #   [[slurm.partitions]]  one per asrpt partition (nodes of one accelerator type and one
 #                         interconnect). A node belongs to the first listed partition whose
 #                         Slurm partition contains it. Slurm partitions not listed here (the
@@ -430,13 +431,17 @@ cat > "$DIR/asrpt.toml" <<EOF
 
 [daemon]
 interval_s = 10.0
-database = "sqlite:///$DIR/asrpt.db"
-spool_dir = "$DIR/spool-asrpt"
 policy = "asrpt"
+state_dir = "$DIR"
+
+[database]
+url = "sqlite:///$DIR/asrpt.db"
+
+[spool]
+dir = "$DIR/spool-asrpt"
 
 [wrapper]
 real_sbatch = "/usr/bin/sbatch"
-spool_dir = "$DIR/spool-asrpt"
 
 [slurm]
 slurm_conf = "$CONF"

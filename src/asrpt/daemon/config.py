@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from asrpt import paths
+from asrpt.core.model import Partition
 from asrpt.exceptions import ConfigError
+from asrpt.slurm.cli_backend import SlurmBackendConfig
 
 DEFAULT_CONFIG_PATH = Path(paths.DEFAULT_CONFIG_PATH)
 POLICY_NAMES = ("asrpt", "asrpt-strict", "fifo", "spwf", "qssf", "multifactor")
@@ -46,26 +48,16 @@ class DatabaseSection:
 
 
 @dataclass(frozen=True, slots=True)
-class SlurmSection:
-    #: slurm.conf to use (exported as SLURM_CONF to the commands); empty means Slurm's default.
-    conf: str = ""
-    #: Directory of squeue/scontrol/sinfo/sacct; empty means /usr/bin.
-    bin_dir: str = "/usr/bin"
-    command_timeout_s: float = 20.0
-    #: Job completion log written by ``JobCompType=jobcomp/filetxt``; empty to use sacct only.
-    jobcomp_log: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class SchedulerSection:
     mode: str = "backfill"
     queue_order: str = "virtual_completion"
     comm_heavy_ratio: float = 1.5
     comm_heavy_tau: float = 0.1
-    #: ``zero`` (the paper: unseen jobs predict 0 iterations and go first) or ``fallback``.
+    #: Jobs examined behind the first blocked one per cycle (like Slurm's bf_max_job_test).
+    backfill_depth: int = 100
+    #: Jobs with no history: ``zero`` (the paper: predict 0 iterations, they go first),
+    #: ``fallback`` (group, then user, then global median) or ``model`` (the forest anyway).
     unseen_policy: str = "zero"
-    #: Workload class assumed for jobs that do not say (``#ASRPT class=...``).
-    default_workload_class: str = "resnet50"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,22 +74,35 @@ class WrapperSection:
 
 @dataclass(frozen=True, slots=True)
 class PartitionSection:
+    """One ``[[slurm.partitions]]``: nodes of one accelerator type and one interconnect."""
+
     name: str
     accelerator: str
     intra_node_gbps: float = 150.0
     inter_node_gbps: float = 12.5
+    #: For an accelerator the speed table lacks (an NPU): its speed relative to ``relative_to``.
     relative_speed: float | None = None
     relative_to: str = "a100"
+
+    def partition(self) -> Partition:
+        return Partition(
+            name=self.name,
+            accelerator=self.accelerator,
+            intra_node_gbps=self.intra_node_gbps,
+            inter_node_gbps=self.inter_node_gbps,
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
     daemon: DaemonSection = field(default_factory=DaemonSection)
     database: DatabaseSection = field(default_factory=DatabaseSection)
-    slurm: SlurmSection = field(default_factory=SlurmSection)
+    #: ``[slurm]``: the keys are the fields of ``SlurmBackendConfig`` (partitions included).
+    slurm: SlurmBackendConfig = field(default_factory=SlurmBackendConfig)
     scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     spool: SpoolSection = field(default_factory=SpoolSection)
     wrapper: WrapperSection = field(default_factory=WrapperSection)
+    #: ``[[slurm.partitions]]`` as written (with the relative speeds the backend does not need).
     partitions: tuple[PartitionSection, ...] = ()
     #: Where it was read from (for messages).
     source: str = "<defaults>"
@@ -106,7 +111,6 @@ class DaemonConfig:
 _SECTIONS: dict[str, type] = {
     "daemon": DaemonSection,
     "database": DatabaseSection,
-    "slurm": SlurmSection,
     "scheduler": SchedulerSection,
     "spool": SpoolSection,
     "wrapper": WrapperSection,
@@ -115,7 +119,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("daemon", "policy"): POLICY_NAMES,
     ("scheduler", "mode"): ("strict", "backfill", "greedy"),
     ("scheduler", "queue_order"): ("virtual_completion", "remaining"),
-    ("scheduler", "unseen_policy"): ("zero", "fallback"),
+    ("scheduler", "unseen_policy"): ("zero", "fallback", "model"),
 }
 
 
@@ -137,29 +141,41 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
 
 
 def parse_config(document: Mapping[str, Any], environ: Mapping[str, str], source: str = "<memory>") -> DaemonConfig:
-    valid_top = sorted([*_SECTIONS, "partitions"])
+    valid_top = sorted([*_SECTIONS, "slurm"])
     unknown = [k for k in document if k not in valid_top]
     if unknown:
         raise ConfigError(f"{source}: unknown section [{unknown[0]}]; valid sections: {', '.join(valid_top)}")
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
-        raw = document.get(name, {})
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{source}: [{name}] must be a table")
-        values = dict(raw)
-        for f in fields(cls):
-            env_key = f"ASRPT_{name.upper()}_{f.name.upper()}"
-            if env_key in environ:
-                values[f.name] = environ[env_key]
-        sections[name] = _build(cls, values, f"[{name}]", source)
-    partitions = document.get("partitions", [])
-    if not isinstance(partitions, list):
-        raise ConfigError(f"{source}: partitions must be an array of tables ([[partitions]])")
-    parts = tuple(_build(PartitionSection, dict(p), f"[[partitions]] #{i + 1}", source) for i, p in enumerate(partitions))
+        sections[name] = _build(cls, _with_env(document, name, cls, environ, source), f"[{name}]", source)
+    slurm_values = _with_env(document, "slurm", SlurmBackendConfig, environ, source)
+    raw_partitions = slurm_values.pop("partitions", [])
+    if not isinstance(raw_partitions, list) or not all(isinstance(p, dict) for p in raw_partitions):
+        raise ConfigError(f"{source}: slurm.partitions must be an array of tables ([[slurm.partitions]])")
+    parts = tuple(
+        _build(PartitionSection, dict(p), f"[[slurm.partitions]] #{i + 1}", source) for i, p in enumerate(raw_partitions)
+    )
     names = [p.name for p in parts]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: partition names must be unique, got {names}")
-    return DaemonConfig(**sections, partitions=parts, source=source)
+    slurm_values["partitions"] = tuple(p.partition() for p in parts)
+    try:
+        slurm = _build(SlurmBackendConfig, slurm_values, "[slurm]", source)
+    except ConfigError as error:
+        raise ConfigError(str(error) if str(error).startswith(source) else f"{source}: {error}") from None
+    return DaemonConfig(**sections, slurm=slurm, partitions=parts, source=source)
+
+
+def _with_env(document: Mapping[str, Any], name: str, cls: type, environ: Mapping[str, str], source: str) -> dict[str, Any]:
+    raw = document.get(name, {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: [{name}] must be a table")
+    values = dict(raw)
+    for f in fields(cls):
+        env_key = f"ASRPT_{name.upper()}_{f.name.upper()}"
+        if env_key in environ:
+            values[f.name] = environ[env_key]
+    return values
 
 
 def _build(cls: type, values: dict[str, Any], where: str, source: str) -> Any:
@@ -183,18 +199,37 @@ def _build(cls: type, values: dict[str, Any], where: str, source: str) -> Any:
 
 
 def _convert(value: Any, annotation: Any, what: str, source: str) -> Any:
-    kind = str(annotation)
+    """TOML (or environment string) value -> the field's type, with an error naming the key."""
+    named = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    kind = named.replace(" ", "")
+    optional = kind.endswith("|None")
+    base = kind.removesuffix("|None")
     try:
-        if kind.startswith("float"):
-            if value is None or (isinstance(value, str) and value == "" and "None" in kind):
-                return None
+        if optional and (value is None or value == ""):
+            return None
+        if base == "float":
             if isinstance(value, bool):
                 raise ValueError("a boolean")
             return float(value)
-        if kind == "str":
-            if not isinstance(value, str):
-                raise ValueError(f"{type(value).__name__}")
+        if base == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError("not an integer")
+            return int(value)
+        if base == "bool":
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "0", "false", "no"):
+                return value.lower() in ("1", "true", "yes")
+            if not isinstance(value, bool):
+                raise ValueError(type(value).__name__)
             return value
+        if base == "str":
+            if not isinstance(value, str):
+                raise ValueError(type(value).__name__)
+            return value
+        if base == "tuple[str,...]":
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+                raise ValueError("expected a list of strings")
+            return tuple(i.strip() for i in items if i.strip())
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"{source}: {what} must be a {kind.split(' ')[0]}, got {value!r} ({error})") from None
+        raise ConfigError(f"{source}: {what} must be {base}, got {value!r} ({error})") from None
     return value

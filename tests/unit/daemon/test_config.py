@@ -23,11 +23,14 @@ def test_an_explicit_missing_file_is_an_error(tmp_path):
         ({"daemon": {"intervall_s": 5}}, "unknown key 'intervall_s' in \\[daemon\\]; valid keys: http_bind, interval_s"),
         ({"deamon": {}}, "unknown section \\[deamon\\]; valid sections: daemon, database"),
         ({"scheduler": {"mode": "fast"}}, "mode = 'fast' is not one of strict, backfill, greedy"),
-        ({"daemon": {"interval_s": "soon"}}, "interval_s must be a float"),
+        ({"daemon": {"interval_s": "soon"}}, "interval_s must be float"),
         ({"daemon": {"interval_s": -1}}, "interval_s must be >= 0"),
-        ({"partitions": [{"name": "a100"}]}, "missing required key\\(s\\): accelerator"),
-        ({"partitions": [{"name": "x", "accelerator": "a100"}, {"name": "x", "accelerator": "v100"}]}, "unique"),
-        ({"database": {"url": 5}}, "url must be a str"),
+        ({"slurm": {"partitions": [{"name": "a100"}]}}, "missing required key\\(s\\): accelerator"),
+        ({"slurm": {"partitions": [{"name": "x", "accelerator": "a100"}, {"name": "x", "accelerator": "v100"}]}}, "unique"),
+        ({"slurm": {"timeout": 3}}, "unknown key 'timeout' in \\[slurm\\]; valid keys: .*timeout_s"),
+        ({"slurm": {"priority_floor": 5}}, "priority_floor"),
+        ({"slurm": {"use_sacct": "maybe"}}, "use_sacct must be bool"),
+        ({"database": {"url": 5}}, "url must be str"),
     ],
 )
 def test_bad_documents_get_clear_errors(document, message):
@@ -37,11 +40,19 @@ def test_bad_documents_get_clear_errors(document, message):
 
 def test_environment_overrides_the_file(tmp_path):
     path = tmp_path / "asrpt.toml"
-    path.write_text('[daemon]\ninterval_s = 60\n[database]\nurl = "sqlite:///a.db"\n[[partitions]]\nname = "npu"\naccelerator = "910b"\nrelative_speed = 0.8\n')
-    config = load_config(path, environ={"ASRPT_DAEMON_INTERVAL_S": "5", "ASRPT_DATABASE_URL": "sqlite:///b.db"})
+    path.write_text(
+        '[daemon]\ninterval_s = 60\n[database]\nurl = "sqlite:///a.db"\n'
+        '[slurm]\ntimeout_s = 9\naccelerator_gres = ["gpu"]\n'
+        '[[slurm.partitions]]\nname = "npu"\naccelerator = "910b"\nrelative_speed = 0.8\n'
+    )
+    config = load_config(
+        path, environ={"ASRPT_DAEMON_INTERVAL_S": "5", "ASRPT_DATABASE_URL": "sqlite:///b.db", "ASRPT_SLURM_USE_SACCT": "true"}
+    )
     assert config.daemon.interval_s == 5.0
     assert config.database.url == "sqlite:///b.db"
     assert config.partitions[0].relative_speed == 0.8
+    assert config.slurm.partitions[0].accelerator == "910b"
+    assert config.slurm.timeout_s == 9.0 and config.slurm.accelerator_gres == ("gpu",) and config.slurm.use_sacct is True
 
 
 def test_unreadable_toml_names_the_file(tmp_path):

@@ -52,10 +52,13 @@ class SchedulingLoop:
         self.predictions = predictions
         self.state = policy.new_state() if state is None else state
         self.log = log
+        #: The annotated snapshot of the current (or last) cycle: what the policy decided on.
+        self.last_snapshot: ClusterSnapshot | None = None
 
     def tick(self) -> Decision:
         now_s = self.clock.now_s()
         snapshot = self.predictions.annotate(self.backend.snapshot(), now_s)
+        self.last_snapshot = snapshot
         decision = self.policy.decide(snapshot, now_s, self.state)
         self.backend.apply(decision)
         if self.log is not None:

@@ -1,0 +1,157 @@
+"""What the daemon adds to Slurm's view of a job before the policy sees it.
+
+Slurm knows who asked for how many accelerators of which type. The history knows more: the
+wrapper's ``#ASRPT`` directives (workload class, parallel layout, the user's iteration hint)
+and, from past runs, a predicted iteration count. This module is the loop's ``Predictions``
+step for the daemon: it ingests the spool, records every job it sees, predicts new jobs once
+(the prediction is stored, so a restart does not re-predict), and raises the prediction of a
+running job that outlives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
+
+from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig, RunningJob
+from asrpt.db.repository import HistoryRepository, SubmissionRecord
+from asrpt.predict.predictor import raise_underestimate
+from asrpt.slurm.records import SlurmJob
+
+log = logging.getLogger(__name__)
+
+#: ``predict(job_rows)`` -> iterations per row; the daemon's current model (or the unseen rule).
+PredictFunction = Callable[[list[SubmissionRecord]], list[float]]
+
+
+@dataclass(slots=True)
+class _Known:
+    """What is cached per job id so a cycle does no database work for jobs it has seen."""
+
+    predicted_iterations: float
+    workload_class: str | None
+    parallel: ParallelConfig | None
+    group: str
+
+
+class HistoryEnrichment:
+    def __init__(
+        self,
+        repository: HistoryRepository,
+        predict: PredictFunction,
+        *,
+        slurm_jobs: Callable[[], Mapping[str, SlurmJob]],
+        ingest: Callable[[Mapping[str, SlurmJob]], int] | None = None,
+        model_version: Callable[[], str] = lambda: "none",
+    ) -> None:
+        self.repository = repository
+        self.predict = predict
+        self.slurm_jobs = slurm_jobs
+        self.ingest = ingest
+        self.model_version = model_version
+        self._known: dict[str, _Known] = {}
+
+    def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
+        jobs = self.slurm_jobs()
+        if self.ingest is not None:
+            self.ingest(jobs)
+        everyone = [*snapshot.pending, *(r.job for r in snapshot.running)]
+        self._learn([j for j in everyone if j.job_id not in self._known], jobs, now_s)
+        live = {j.job_id for j in everyone}
+        for job_id in [j for j in self._known if j not in live]:
+            del self._known[job_id]
+        pending = tuple(self._enriched(job) for job in snapshot.pending)
+        running = tuple(self._raised(r, now_s) for r in snapshot.running)
+        return replace(snapshot, pending=pending, running=running)
+
+    def forget(self, job_id: str) -> None:
+        """Drop the cached view of a job (its prediction changed elsewhere)."""
+        self._known.pop(job_id, None)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _learn(self, new_jobs: list[Job], slurm: Mapping[str, SlurmJob], now_s: float) -> None:
+        if not new_jobs:
+            return
+        stored = self.repository.latest_predictions([j.job_id for j in new_jobs])
+        to_predict: list[tuple[Job, SubmissionRecord]] = []
+        for job in new_jobs:
+            submission = self.repository.get_submission(job.job_id)
+            if submission is None or submission.source == "wrapper" and submission.accelerators is None:
+                submission = self._record_from_slurm(job, slurm.get(job.job_id))
+            prediction = stored.get(job.job_id)
+            if prediction is None:
+                to_predict.append((job, submission))
+                continue
+            self._known[job.job_id] = self._known_from(submission, prediction.predicted_iterations, job)
+        if to_predict:
+            values = self.predict([s for _, s in to_predict])
+            version = self.model_version()
+            for (job, submission), iterations in zip(to_predict, values):
+                iterations = max(float(iterations), 0.0)
+                self.repository.record_prediction(
+                    job.job_id, predicted_iterations=iterations, model_version=version, made_at_s=now_s
+                )
+                self._known[job.job_id] = self._known_from(submission, iterations, job)
+
+    def _record_from_slurm(self, job: Job, slurm_job: SlurmJob | None) -> SubmissionRecord:
+        """Every job gets a history row, wrapper or not: what Slurm itself reports."""
+        record = SubmissionRecord(
+            slurm_job_id=job.job_id,
+            user=job.user or (slurm_job.user if slurm_job else "") or "unknown",
+            submit_time_s=job.submit_time_s,
+            source="slurm",
+            job_name=slurm_job.name if slurm_job else None,
+            partitions=slurm_job.partitions if slurm_job else job.allowed_partitions,
+            accelerators=job.accelerators,
+            accelerator_type=job.allowed_accelerators[0] if job.allowed_accelerators else None,
+            parallel_data=job.parallel.data,
+            parallel_pipeline=job.parallel.pipeline,
+            parallel_tensor=job.parallel.tensor,
+            micro_batches=job.parallel.micro_batches,
+            workload_class=job.workload_class,
+            recurrence_group=job.group or None,
+            time_limit_s=job.time_limit_s,
+        )
+        self.repository.record_submission(record)
+        return self.repository.get_submission(job.job_id) or record
+
+    @staticmethod
+    def _known_from(submission: SubmissionRecord, iterations: float, job: Job) -> _Known:
+        parallel = None
+        d, p, t = submission.parallel_data, submission.parallel_pipeline, submission.parallel_tensor
+        if d and p and t and d * p * t == job.accelerators:
+            parallel = ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=submission.micro_batches or 1)
+        group = submission.recurrence_group or submission.script_hash or job.group
+        return _Known(iterations, submission.workload_class, parallel, group or "")
+
+    def _enriched(self, job: Job) -> Job:
+        known = self._known.get(job.job_id)
+        if known is None:
+            return job
+        return replace(
+            job,
+            predicted_iterations=known.predicted_iterations,
+            workload_class=known.workload_class or job.workload_class,
+            parallel=known.parallel or job.parallel,
+            group=known.group or job.group,
+        )
+
+    def _raised(self, running: RunningJob, now_s: float) -> RunningJob:
+        """A running job past its prediction gets it raised (doubled until above what it has
+        done), recorded, so that the order and the forecasts stay honest."""
+        job = self._enriched(running.job)
+        alpha_s = running.placement.iteration_time_s
+        predicted = job.predicted_iterations or 0.0
+        if alpha_s > 0 and not math.isinf(alpha_s):
+            attained = (now_s - running.start_time_s) / alpha_s
+            if attained > predicted:
+                raised = raise_underestimate(predicted, attained)
+                self.repository.record_prediction(
+                    job.job_id, predicted_iterations=raised, model_version="raised", made_at_s=now_s
+                )
+                self._known[job.job_id].predicted_iterations = raised
+                job = replace(job, predicted_iterations=raised)
+                log.info("job %s ran past its prediction: raised to %.0f iterations", job.job_id, raised)
+        return replace(running, job=job)

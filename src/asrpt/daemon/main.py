@@ -1,0 +1,114 @@
+"""``asrptd``: the priority daemon, run by systemd (Type=notify) next to slurmctld.
+
+Start-up: read the configuration (errors exit 2 so systemd shows them), upgrade the database
+schema, restore the policy state, reconcile with Slurm by running the first cycle at once,
+then schedule the cycle, the finished-job sync and retraining with APScheduler (one instance
+of each at a time). A failing cycle is logged and retried with back-off; the process keeps
+running. SIGTERM stops it between cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Sequence
+
+from asrpt.exceptions import AsrptError
+
+log = logging.getLogger("asrptd")
+
+
+def sd_notify(message: str) -> None:
+    """Tell systemd (``NOTIFY_SOCKET``) about readiness/status; a no-op elsewhere."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+    except OSError as error:
+        log.debug("sd_notify failed: %s", error)
+
+
+def build_daemon(config_path: str | None):
+    from asrpt.daemon.config import load_config
+    from asrpt.daemon.service import Daemon
+    from asrpt.db.migrate import upgrade
+    from asrpt.db.repository import HistoryRepository
+
+    config = load_config(config_path)
+    upgrade(config.database.url)
+    repository = HistoryRepository.from_url(config.database.url)
+    return Daemon(config, repository=repository)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="asrptd", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--config", default=None, help="configuration file (default $ASRPT_CONFIG or /etc/asrpt/asrpt.toml)")
+    parser.add_argument("--once", action="store_true", help="run one sync + cycle and exit (for cron, tests, debugging)")
+    parser.add_argument("--log-level", default=os.environ.get("ASRPT_LOG_LEVEL", "INFO"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
+
+    try:
+        daemon = build_daemon(args.config)
+    except AsrptError as error:
+        print(f"asrptd: error: {error}", file=sys.stderr)
+        return 2
+
+    daemon.sync_finished()
+    daemon.retrain()
+    first = daemon.cycle()
+    if args.once:
+        return 0 if first is not None else 1
+
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    scheduler = BlockingScheduler(timezone="UTC")
+    interval_s = daemon.config.daemon.interval_s
+
+    def cycle_with_backoff() -> None:
+        daemon.cycle()
+        failures = daemon.stats.consecutive_failures
+        wanted_s = min(interval_s * (2 ** failures), daemon.config.daemon.max_backoff_s) if failures else interval_s
+        job = scheduler.get_job("cycle")
+        if job is not None and job.trigger.interval.total_seconds() != wanted_s:
+            scheduler.reschedule_job("cycle", trigger="interval", seconds=wanted_s)
+        sd_notify(f"WATCHDOG=1\nSTATUS=cycles={daemon.stats.cycles} failures={daemon.stats.consecutive_failures}")
+
+    scheduler.add_job(cycle_with_backoff, "interval", seconds=interval_s, id="cycle", max_instances=1, coalesce=True)
+    scheduler.add_job(daemon.sync_finished, "interval", seconds=daemon.config.daemon.sync_interval_s, id="sync", max_instances=1, coalesce=True)
+    scheduler.add_job(daemon.retrain, "interval", seconds=daemon.config.daemon.retrain_interval_s, id="retrain", max_instances=1, coalesce=True)
+
+    server = None
+    if daemon.config.daemon.http_bind:
+        from asrpt.daemon.http import start_http_server
+
+        server = start_http_server(daemon, daemon.config.daemon.http_bind)
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after the current cycle", signum)
+        sd_notify("STOPPING=1")
+        scheduler.shutdown(wait=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sd_notify("READY=1")
+    log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)
+    try:
+        scheduler.start()
+    finally:
+        if server is not None:
+            server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

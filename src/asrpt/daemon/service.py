@@ -1,0 +1,259 @@
+"""``asrptd``'s work, one method per scheduled job: cycle, sync finished jobs, retrain.
+
+The cycle is the shared ``SchedulingLoop`` with the Slurm backend, the system clock and the
+history enrichment; this module only wires it and keeps what must survive a restart (the
+policy state) in the database after every successful cycle. A cycle that cannot read Slurm
+changes nothing: no state is saved, no job is marked finished, nothing is written to Slurm.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from asrpt.core.comm import iteration_time_s
+from asrpt.core.dispatch import DispatchOptions
+from asrpt.core.model import Decision, Job, ParallelConfig, Partition
+from asrpt.core.placement import alpha_min_s
+from asrpt.core.policies import ASRPTOptions, make_policy
+from asrpt.core.speed import SpeedTable, default_speed_table
+from asrpt.daemon.config import DaemonConfig
+from asrpt.daemon.enrich import HistoryEnrichment
+from asrpt.daemon.model import DaemonPredictor
+from asrpt.db.repository import HistoryRepository, OutcomeRecord
+from asrpt.exceptions import AsrptError
+from asrpt.loop import SchedulingLoop
+from asrpt.sim.forecast import JobForecast, forecast
+from asrpt.slurm.cli_backend import SlurmCliBackend
+from asrpt.slurm.records import SlurmJob
+from asrpt.submit_wrapper import ingest
+
+log = logging.getLogger(__name__)
+
+
+class SystemClock:
+    def now_s(self) -> float:
+        return time.time()
+
+
+def speed_table_for(config: DaemonConfig, base: SpeedTable | None = None) -> SpeedTable:
+    """The default speed table plus the configured relative-speed accelerators (NPUs)."""
+    table = base or default_speed_table()
+    for part in config.partitions:
+        if part.relative_speed is not None and not table.knows(part.accelerator):
+            table = table.with_relative_speed(part.accelerator, part.relative_speed, part.relative_to)
+    return table
+
+
+def policy_options(config: DaemonConfig) -> ASRPTOptions:
+    sched = config.scheduler
+    return ASRPTOptions(
+        dispatch=DispatchOptions(
+            mode=sched.mode,  # type: ignore[arg-type]
+            comm_heavy_ratio=sched.comm_heavy_ratio,
+            comm_heavy_tau=sched.comm_heavy_tau,
+            backfill_depth=sched.backfill_depth,
+        ),
+        queue_order=sched.queue_order,  # type: ignore[arg-type]
+    )
+
+
+def format_eta(forecast_: JobForecast | None, now_s: float) -> str | None:
+    """The ETA text written to a job's AdminComment (UTC, minute resolution)."""
+    if forecast_ is None or math.isinf(forecast_.end_s):
+        return None
+
+    def at(t_s: float) -> str:
+        return datetime.fromtimestamp(t_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+    if forecast_.running:
+        return f"eta end {at(forecast_.end_s)}"
+    return f"eta start {at(forecast_.start_s)} end {at(forecast_.end_s)}"
+
+
+@dataclass(slots=True)
+class CycleStats:
+    """What the HTTP metrics report."""
+
+    cycles: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    last_cycle_s: float = 0.0
+    last_duration_s: float = 0.0
+    last_error: str = ""
+    pending: int = 0
+    running: int = 0
+    slurm_writes: int = 0
+    spool_accepted: int = 0
+    forecasts: dict[str, JobForecast] = field(default_factory=dict)
+    last_decision: Decision | None = None
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        repository: HistoryRepository,
+        backend: SlurmCliBackend | None = None,
+        clock: Any = None,
+        speed: SpeedTable | None = None,
+    ) -> None:
+        self.config = config
+        self.repository = repository
+        self.clock = clock or SystemClock()
+        self.speed = speed_table_for(config, speed)
+        self.backend = backend or SlurmCliBackend(
+            config.slurm, iteration_time_s=self._iteration_time_s, admin_comment=self._admin_comment
+        )
+        self.policy = make_policy(config.daemon.policy, self.speed, policy_options(config))
+        self.predictor = DaemonPredictor(repository, unseen_policy=config.scheduler.unseen_policy)
+        self.enrichment = HistoryEnrichment(
+            repository,
+            self.predictor.predict,
+            slurm_jobs=lambda: self.backend.jobs,
+            ingest=self._ingest_spool,
+            model_version=lambda: self.predictor.version,
+        )
+        self.state_key = f"policy:{self.policy.name}"
+        saved = repository.load_state(self.state_key)
+        state = self.policy.restore_state(saved) if saved else self.policy.new_state()
+        self.loop = SchedulingLoop(
+            backend=self.backend, clock=self.clock, policy=self.policy, predictions=self.enrichment, state=state
+        )
+        self.stats = CycleStats()
+        #: Per-iteration time of each running job's placement, for outcomes without iterations.
+        self._alpha_by_job: dict[str, float] = {}
+        self._last_sync_s = repository.load_state("sync:last_end_s") or 0.0
+
+    # -- the scheduled jobs ----------------------------------------------------------------
+    def cycle(self) -> Decision | None:
+        """One scheduling cycle; returns the decision, or None when Slurm could not be read."""
+        started = time.perf_counter()
+        now_s = self.clock.now_s()
+        self._pending_forecast: tuple[Any, float] | None = None
+        try:
+            decision = self.loop.tick()
+        except AsrptError as error:
+            self.stats.failures += 1
+            self.stats.consecutive_failures += 1
+            self.stats.last_error = str(error)
+            log.warning("cycle skipped, nothing changed: %s", error)
+            return None
+        self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
+        self.stats.cycles += 1
+        self.stats.consecutive_failures = 0
+        self.stats.last_cycle_s = now_s
+        self.stats.last_duration_s = time.perf_counter() - started
+        self.stats.last_decision = decision
+        report = getattr(self.backend, "last_apply", None)
+        self.stats.slurm_writes += int(getattr(report, "calls", 0) or 0)
+        return decision
+
+    def sync_finished(self) -> int:
+        """Record the outcome of every job that ended since the last sync (for the predictor)."""
+        try:
+            finished = self.backend.finished_jobs(self._last_sync_s)
+        except AsrptError as error:
+            log.warning("finished-job sync skipped: %s", error)
+            return 0
+        recorded = 0
+        for job in finished:
+            if self.repository.get_submission(job.job_id) is None:
+                continue  # not an accelerator job we scheduled
+            runtime_s = job.runtime_s
+            alpha_s = self._alpha_by_job.pop(job.job_id, None) or self._alpha_from_history(job.job_id)
+            # Jobs rarely report iterations; their run time over the modelled per-iteration time
+            # of their placement is the estimate the predictor learns from.
+            iterations = runtime_s / alpha_s if runtime_s is not None and alpha_s else None
+            self.repository.record_outcome(
+                OutcomeRecord(
+                    slurm_job_id=job.job_id,
+                    start_time_s=job.start_time_s,
+                    end_time_s=job.end_time_s,
+                    exit_state=job.state,
+                    exit_code=job.exit_code,
+                    nodes=",".join(job.nodes) or None,
+                    iterations=iterations,
+                )
+            )
+            recorded += 1
+            self._last_sync_s = max(self._last_sync_s, job.end_time_s or 0.0)
+        self.repository.save_state("sync:last_end_s", self._last_sync_s)
+        return recorded
+
+    def _alpha_from_history(self, job_id: str) -> float | None:
+        """Ideal per-iteration time of a job that ended before a cycle saw it run."""
+        submission = self.repository.get_submission(job_id)
+        snapshot = self.loop.last_snapshot
+        if submission is None or snapshot is None or not submission.accelerators:
+            return None
+        d, p, t = submission.parallel_data, submission.parallel_pipeline, submission.parallel_tensor
+        parallel = (
+            ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=submission.micro_batches or 1)
+            if d and p and t and d * p * t == submission.accelerators
+            else ParallelConfig.data_parallel(submission.accelerators)
+        )
+        job = Job(
+            job_id=job_id,
+            submit_time_s=submission.submit_time_s,
+            parallel=parallel,
+            workload_class=submission.workload_class or self.config.slurm.default_workload_class,
+            allowed_partitions=tuple(p for p in submission.partitions if any(q.name == p for q in snapshot.partitions)),
+        )
+        alpha_s = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
+        return None if math.isinf(alpha_s) else alpha_s
+
+    def retrain(self) -> int:
+        return self.predictor.retrain(self.clock.now_s())
+
+    # -- hooks the backend calls -------------------------------------------------------------
+    def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:
+        alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
+        self._alpha_by_job[job.job_id] = alpha_s
+        return alpha_s
+
+    def _admin_comment(self, job_id: str, decision: Decision) -> str | None:
+        """The ETA for ``job_id``; the forecast is made once per cycle, on the first ask."""
+        if self._pending_forecast is None or self._pending_forecast[0] is not decision:
+            self._pending_forecast = (decision, 0.0)
+            self.stats.forecasts = self._forecast()
+        return format_eta(self.stats.forecasts.get(job_id), self.clock.now_s())
+
+    def _forecast(self) -> dict[str, JobForecast]:
+        snapshot = self.loop.last_snapshot
+        if snapshot is None:
+            return {}
+        now_s = self.clock.now_s()
+        try:
+            return forecast(snapshot, now_s, self.policy, self.loop.state.to_dict(), self._expected_iterations(snapshot))
+        except Exception:  # a forecast must never break a cycle
+            log.exception("forecast failed")
+            return {}
+
+    def _expected_iterations(self, snapshot: Any):
+        def expected(job: Job) -> float:
+            n = job.predicted_iterations or 0.0
+            if n > 0:
+                return n
+            # Predicted 0 (unseen) still runs for a while: assume its time limit, or an hour.
+            alpha_s = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
+            limit_s = job.time_limit_s or 3600.0
+            return limit_s / alpha_s if alpha_s > 0 and not math.isinf(alpha_s) else 0.0
+
+        return expected
+
+    def _ingest_spool(self, jobs: Mapping[str, SlurmJob]) -> int:
+        """Store the wrapper's records whose owner Slurm confirms; others wait or are rejected."""
+        accepted = 0
+        for record in ingest.read_spool(self.config.spool.dir):
+            if ingest.accept_record(record, lambda job_id: jobs[job_id].user if job_id in jobs else None):
+                self.repository.record_submission(ingest.to_submission_record(record))
+                ingest.remove(record)
+                accepted += 1
+        self.stats.spool_accepted += accepted
+        return accepted

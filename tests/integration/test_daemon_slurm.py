@@ -1,0 +1,121 @@
+"""asrptd's cycle against the real local Slurm: it orders the queue by predicted work, pins
+and starts jobs through Slurm, writes ETAs, survives a restart with its state, and changes
+nothing while slurmctld is down."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asrpt.daemon.config import load_config
+from asrpt.daemon.service import Daemon
+from asrpt.db.migrate import upgrade
+from asrpt.db.repository import HistoryRepository, SubmissionRecord
+from asrpt.slurm.parsing import parse_squeue_json
+
+from .conftest import LocalCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def _daemon(cluster: LocalCluster, tmp_path: Path) -> Daemon:
+    config = load_config(cluster.dir / "asrpt.toml", environ={})
+    url = f"sqlite:///{tmp_path}/asrpt.db"
+    config = dataclasses.replace(
+        config,
+        database=dataclasses.replace(config.database, url=url),
+        spool=dataclasses.replace(config.spool, dir=str(tmp_path / "spool")),
+    )
+    upgrade(url)
+    return Daemon(config, repository=HistoryRepository.from_url(url))
+
+
+def _jobs(cluster: LocalCluster):
+    return {j.job_id: j for j in parse_squeue_json(cluster.run("squeue", "--json").stdout)[1]}
+
+
+def test_cycle_orders_by_predicted_work_and_slurm_follows(cluster, tmp_path):
+    daemon = _daemon(cluster, tmp_path)
+    # Fill both a100 nodes so the queue forms.
+    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:8", wrap="sleep 300") for node in ("node1", "node2")]
+    for job_id in fillers:
+        cluster.wait_state(job_id, "RUNNING")
+    long_job = cluster.sbatch("-p", "a100", "--gres=gpu:a100:8", "-J", "long", wrap="sleep 30")
+    short_job = cluster.sbatch("-p", "a100", "--gres=gpu:a100:8", "-J", "short", wrap="sleep 30")
+    # The history says the later job is much shorter (as the predictor would after training).
+    for job_id, iterations in ((long_job, 1e6), (short_job, 10.0)):
+        daemon.repository.record_submission(
+            SubmissionRecord(slurm_job_id=job_id, user="root", submit_time_s=0.0, source="wrapper", iterations_hint=iterations)
+        )
+        daemon.repository.record_prediction(job_id, predicted_iterations=iterations, model_version="test", made_at_s=0.0)
+
+    decision = daemon.cycle()
+    assert decision is not None
+    assert decision.order.index(short_job) < decision.order.index(long_job)
+    jobs = _jobs(cluster)
+    assert jobs[short_job].priority > jobs[long_job].priority > 4294901759
+    assert "eta start" in jobs[short_job].admin_comment
+    assert daemon.repository.load_state("policy:asrpt") is not None
+
+    # Free one node: Slurm must start the short job first, even though it was submitted later.
+    cluster.run("scancel", fillers[0])
+    cluster.wait_for("a node to free", lambda: _jobs(cluster)[fillers[0]].state != "RUNNING" if fillers[0] in _jobs(cluster) else True)
+    for _ in range(20):
+        daemon.cycle()
+        if _jobs(cluster)[short_job].state == "RUNNING":
+            break
+    cluster.wait_state(short_job, "RUNNING", timeout=20)
+    assert _jobs(cluster)[long_job].state == "PENDING"
+
+    # A restarted daemon continues from the stored state and keeps the order.
+    again = _daemon(cluster, tmp_path)
+    assert again.loop.state.to_dict()["queue"] == daemon.loop.state.to_dict()["queue"]
+    assert again.cycle() is not None
+
+
+def test_a_down_controller_changes_nothing(cluster, tmp_path):
+    daemon = _daemon(cluster, tmp_path)
+    job = cluster.sbatch("-p", "v100", "--gres=gpu:v100:1", wrap="sleep 120")
+    assert daemon.cycle() is not None
+    saved = daemon.repository.load_state("policy:asrpt")
+    cluster.slurmctld("stop")
+    try:
+        assert daemon.cycle() is None
+        assert daemon.stats.consecutive_failures == 1
+        assert daemon.repository.load_state("policy:asrpt") == saved
+        assert daemon.sync_finished() == 0
+        assert daemon.repository.history_rows(finished_only=True) == []
+    finally:
+        cluster.slurmctld("start")
+    assert daemon.cycle() is not None and job in _jobs(cluster)
+
+
+def test_finished_jobs_become_outcomes(cluster, tmp_path):
+    daemon = _daemon(cluster, tmp_path)
+    job = cluster.sbatch("-p", "v100", "--gres=gpu:v100:1", wrap="sleep 1")
+    daemon.cycle()
+    cluster.wait_for("the job to finish", lambda: job not in _jobs(cluster) or _jobs(cluster)[job].state == "COMPLETED")
+    cluster.wait_for("the job completion log", lambda: Path(cluster.jobcomp_log).exists() and f"JobId={job} " in Path(cluster.jobcomp_log).read_text())
+    assert daemon.sync_finished() >= 1
+    rows = {r.job_id: r for r in daemon.repository.history_rows(finished_only=True)}
+    assert rows[job].end_time_s is not None and rows[job].iterations is not None and rows[job].iterations > 0
+
+
+def test_asrptd_once_runs_a_cycle_as_a_process(cluster, tmp_path):
+    config = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{tmp_path}/d.db")
+    path = tmp_path / "asrpt.toml"
+    path.write_text(config)
+    cluster.sbatch("-p", "npu", "--gres=npu:2", wrap="sleep 30")
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("asrptd")), "--config", str(path), "--once"],
+        capture_output=True, text=True, env=cluster.env, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\nintervall_s = 3\n")
+    result = subprocess.run([str(Path(sys.executable).with_name("asrptd")), "--config", str(bad), "--once"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "unknown key 'intervall_s'" in result.stderr

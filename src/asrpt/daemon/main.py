@@ -57,6 +57,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 
+    # Installed first: a SIGTERM during start-up ends the process cleanly after the first cycle.
+    stopping: list[int] = []
+    scheduler_box: list[object] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after the current cycle", signum)
+        sd_notify("STOPPING=1")
+        stopping.append(signum)
+        if scheduler_box:
+            scheduler_box[0].shutdown(wait=False)  # type: ignore[attr-defined]
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
     try:
         daemon = build_daemon(args.config)
     except AsrptError as error:
@@ -68,10 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = daemon.cycle()
     if args.once:
         return 0 if first is not None else 1
+    if stopping:
+        return 0
 
     from apscheduler.schedulers.blocking import BlockingScheduler
 
     scheduler = BlockingScheduler(timezone="UTC")
+    scheduler_box.append(scheduler)
     interval_s = daemon.config.daemon.interval_s
 
     def cycle_with_backoff() -> None:
@@ -93,13 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         server = start_http_server(daemon, daemon.config.daemon.http_bind)
 
-    def stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping after the current cycle", signum)
-        sd_notify("STOPPING=1")
-        scheduler.shutdown(wait=True)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     sd_notify("READY=1")
     log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)
     try:

@@ -8,6 +8,7 @@ and exit 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from typing import Sequence
@@ -22,11 +23,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     simulate.add_parsers(commands)
-    for module_name, adder in (("asrpt.cli.db_commands", "add_db_parser"), ("asrpt.cli.predict_commands", "add_predict_parser")):
-        try:
-            module = __import__(module_name, fromlist=[adder])
-        except ImportError:
-            continue
+    for module_name, adder in (
+        ("asrpt.cli.db_commands", "add_db_parser"),
+        ("asrpt.cli.predict_commands", "add_predict_parser"),
+        ("asrpt.cli.serving_commands", "add_serving_parser"),
+        ("asrpt.cli.queue_commands", "add_queue_parsers"),
+    ):
+        module = importlib.import_module(module_name)
         getattr(module, adder)(commands)
     return parser
 

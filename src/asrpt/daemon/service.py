@@ -23,14 +23,15 @@ from asrpt.core.policies import ASRPTOptions, make_policy
 from asrpt.core.speed import SpeedTable, default_speed_table
 from asrpt.daemon.config import DaemonConfig
 from asrpt.daemon.enrich import HistoryEnrichment
+from asrpt.daemon.forecasts import forecast_records
 from asrpt.daemon.model import DaemonPredictor
-from asrpt.db.repository import HistoryRepository, OutcomeRecord
+from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
 from asrpt.exceptions import AsrptError
 from asrpt.loop import SchedulingLoop
 from asrpt.sim.forecast import JobForecast, forecast
 from asrpt.slurm.cli_backend import SlurmCliBackend
 from asrpt.slurm.records import SlurmJob
-from asrpt.submit_wrapper import ingest
+from asrpt.submit_wrapper import ingest, plugin_ingest
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,12 @@ class CycleStats:
     spool_accepted: int = 0
     forecasts: dict[str, JobForecast] = field(default_factory=dict)
     last_decision: Decision | None = None
+    #: The last cycle's forecasts as stored (what the HTTP endpoint serves), and when made.
+    forecast_rows: tuple[ForecastRecord, ...] = ()
+    forecast_made_at_s: float | None = None
+    held: int = 0
+    #: Cycles whose forecasts could not be stored (the cycle itself still counted).
+    forecast_failures: int = 0
 
 
 class Daemon:
@@ -152,7 +159,49 @@ class Daemon:
         self.stats.last_decision = decision
         report = getattr(self.backend, "last_apply", None)
         self.stats.slurm_writes += int(getattr(report, "calls", 0) or 0)
+        self.record_forecasts(decision, now_s)
         return decision
+
+    def record_forecasts(self, decision: Decision, now_s: float) -> int:
+        """Store this cycle's forecasts (the ones the AdminComments were written from) for
+        ``asrpt queue/eta/explain`` and keep them for the HTTP endpoint; returns the rows.
+
+        A forecast or database failure is logged and counted; it never fails the cycle.
+        """
+        snapshot = self.loop.last_snapshot
+        if snapshot is None:
+            return 0
+        if self._pending_forecast is None or self._pending_forecast[0] is not decision:
+            self._pending_forecast = (decision, 0.0)
+            self.stats.forecasts = self._forecast()
+        slurm_jobs = getattr(self.backend, "jobs", None) or {}
+        try:
+            rows = forecast_records(
+                snapshot,
+                decision,
+                self.stats.forecasts,
+                policy=self.policy.name,
+                state=self.loop.state,
+                expected_iterations=self._expected_iterations(snapshot),
+                job_names={job_id: sj.name for job_id, sj in slurm_jobs.items()},
+                job_users={job_id: sj.user for job_id, sj in slurm_jobs.items()},
+                job_partitions={job_id: sj.partitions for job_id, sj in slurm_jobs.items()},
+            )
+        except Exception:  # the forecast view must never break a cycle
+            log.exception("building the forecast rows failed")
+            self.stats.forecast_failures += 1
+            return 0
+        self.stats.forecast_rows = tuple(rows)
+        self.stats.forecast_made_at_s = now_s
+        self.stats.pending = len(snapshot.pending)
+        self.stats.running = len(snapshot.running)
+        self.stats.held = sum(1 for row in rows if row.held)
+        try:
+            self.repository.record_forecasts(now_s, rows)
+        except AsrptError as error:
+            self.stats.forecast_failures += 1
+            log.warning("forecasts not stored: %s", error)
+        return len(rows)
 
     def sync_finished(self) -> int:
         """Record the outcome of every job that ended since the last sync (for the predictor)."""
@@ -248,10 +297,24 @@ class Daemon:
         return expected
 
     def _ingest_spool(self, jobs: Mapping[str, SlurmJob]) -> int:
-        """Store the wrapper's records whose owner Slurm confirms; others wait or are rejected."""
+        """Store the wrapper's records whose owner Slurm confirms; others wait or are rejected.
+        Then (``[spool] plugin_dir``) job_submit.lua's records, matched by their AdminComment tag."""
         accepted = 0
+        if self.config.spool.plugin_dir:
+            accepted += plugin_ingest.ingest_plugin_spool(
+                self.config.spool.plugin_dir,
+                jobs,
+                self.repository.record_submission,
+                trusted_uids=plugin_ingest.uids_of(self.config.spool.plugin_owners),
+                accelerator_gres=self.config.slurm.accelerator_gres,
+                max_age_s=self.config.spool.max_age_s,
+            ).stored
         for record in ingest.read_spool(self.config.spool.dir):
-            if ingest.accept_record(record, lambda job_id: jobs[job_id].user if job_id in jobs else None):
+            if ingest.accept_record(
+                record,
+                lambda job_id: jobs[job_id].user if job_id in jobs else None,
+                max_pending_age_s=self.config.spool.max_age_s,
+            ):
                 self.repository.record_submission(ingest.to_submission_record(record))
                 ingest.remove(record)
                 accepted += 1

@@ -1,0 +1,468 @@
+"""``asrpt-sbatch``: a drop-in ``sbatch`` that records every submission and never blocks one.
+
+A site puts it first on ``PATH`` under the name ``sbatch`` (a symlink to the console script).
+It runs the real sbatch (an absolute path from :mod:`~asrpt.submit_wrapper.config`) with the
+user's arguments unchanged, passes stdout through as it arrives and stderr untouched (sbatch
+inherits it), exits with sbatch's status (or dies of the same signal), and, once sbatch has
+printed the new job id, writes one record into the spool (:mod:`~asrpt.submit_wrapper.spool`).
+
+Fail open: any error of ours (bad ``#ASRPT`` value, unreadable configuration, unwritable spool)
+ends up in at most one ``asrpt-sbatch: warning: ...`` line on stderr (after sbatch's own
+output, or before it when sbatch is exec'd), and the submission happens exactly as asked. If
+our error comes before sbatch runs, the real sbatch is exec'd in our place with the original
+arguments.
+
+Transparency details that cost a few lines each:
+
+* the child gets the environment the wrapper was started with, read back from
+  ``/proc/self/environ``: the Python runtime itself may add ``LC_CTYPE=C.UTF-8`` (PEP 538
+  locale coercion) to ``os.environ``, and sbatch would export that into the job;
+* ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults for sbatch;
+* a script on stdin is read only when the command line is fully understood and stdin is a
+  pipe or a file (a terminal is left to sbatch), and handed to sbatch unchanged: a regular
+  file is read with ``pread`` so its offset does not move, a pipe is copied into a memfd;
+* ``--help``, ``--usage``, ``--version``, ``--test-only`` and ``--quiet`` (which prints no job
+  id) simply exec the real sbatch: nothing to record;
+* while sbatch runs, ``SIGINT``/``SIGQUIT`` (sent by the terminal to both processes) are
+  ignored by the wrapper and ``SIGTERM``/``SIGHUP`` are forwarded to sbatch.
+
+Start-up time is the cost every user pays on every submission, so this module imports only
+the standard library, and most of it after sbatch has been started (the record is prepared
+while sbatch talks to slurmctld). It must never import numpy, scikit-learn, SQLAlchemy or
+networkx (a test and an import-linter contract check this). pip's console script itself
+spends more than the wrapper does (``site`` and ``import re``); :mod:`.launcher` writes a
+lean launcher for sites that want that time back (bench/README.md has the figures).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+
+try:
+    # The C module behind ``signal``; the Python module adds only enum conversions, and
+    # building those enums costs about a millisecond at every start.
+    import _signal as signal
+except ImportError:  # pragma: no cover - other Python implementations
+    import signal  # type: ignore[no-redef]
+
+from asrpt.submit_wrapper import directives
+from asrpt.submit_wrapper.config import (
+    DEFAULT_REAL_SBATCH,
+    WrapperConfig,
+    check_real_sbatch,
+    load_wrapper_config,
+)
+
+PROG = "asrpt-sbatch"
+#: Scripts larger than this are not read for the record (sbatch's own default limit is 4 MB).
+MAX_SCRIPT_READ_BYTES = 4 * 1024 * 1024
+#: Longest warning line.
+MAX_WARNING_CHARS = 800
+
+_SUBMITTED = "Submitted batch job "
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _is_word(text: str) -> bool:
+    return bool(text) and not any(ch.isspace() for ch in text)
+
+
+def parse_job_id(output: bytes) -> tuple[str, str | None] | None:
+    """(job id, cluster) from the first line of sbatch's stdout, or None.
+
+    Plain: ``Submitted batch job 42`` (``... on cluster X`` with ``--clusters``);
+    ``--parsable``: ``42`` or ``42;X``. An array job or a heterogeneous job prints one id.
+    (String methods, not regular expressions: compiling a pattern costs start-up time.)
+    """
+    line = output.split(b"\n", 1)[0].decode("ascii", "replace").strip()
+    if line.startswith(_SUBMITTED):
+        job, on_cluster, cluster = line[len(_SUBMITTED) :].partition(" on cluster ")
+    else:
+        job, on_cluster, cluster = line.partition(";")
+    if not _is_number(job) or (on_cluster and not _is_word(cluster)):
+        return None
+    return job, (cluster if on_cluster else None)
+
+
+class Warnings:
+    """Collects our problems; prints them as one line, once."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.done = False
+
+    def add(self, message: str) -> None:
+        self.messages.append(" ".join(str(message).split()))
+
+    def flush(self) -> None:
+        if self.done or not self.messages:
+            return
+        self.done = True
+        text = "; ".join(self.messages)
+        if len(text) > MAX_WARNING_CHARS:
+            text = text[: MAX_WARNING_CHARS - 3] + "..."
+        try:
+            os.write(2, f"{PROG}: warning: {text}\n".encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+
+def original_environ() -> dict[bytes, bytes]:
+    """The environment this process was started with (see the module docstring)."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return dict(os.environb)
+    env: dict[bytes, bytes] = {}
+    for entry in data.split(b"\0"):
+        key, eq, value = entry.partition(b"=")
+        if eq and key and key not in env:  # getenv() returns the first of duplicates
+            env[key] = value
+    return env
+
+
+def _self_paths() -> list[str]:
+    paths = [os.path.abspath(__file__)]
+    if sys.argv and sys.argv[0]:
+        paths.append(sys.argv[0])
+    return paths
+
+
+def _std_fds_open() -> bool:
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return False
+    return True
+
+
+def _memfd(data: bytes) -> int:
+    """A readable, seekable fd holding ``data`` at offset 0 (inheritable by the child)."""
+    try:
+        fd = os.memfd_create("asrpt-sbatch-stdin")  # close-on-exec: only its dup2 copy is inherited
+    except (AttributeError, OSError):
+        fd = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def exec_real(real: str, args: list[str], env: dict[bytes, bytes], stdin_data: bytes | None, warnings: Warnings) -> int:
+    """Replace this process with the real sbatch (returns only if exec fails)."""
+    warnings.flush()
+    try:
+        if stdin_data is not None:
+            os.dup2(_memfd(stdin_data), 0)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        os.execve(real, [real, *args], env)
+    except OSError as exc:
+        os.write(2, f"{PROG}: error: cannot run {real}: {exc.strerror or exc}\n".encode("utf-8", "replace"))
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    return 126  # pragma: no cover - execve does not return
+
+
+def take_stdin(may_consume: bool) -> tuple[bytes | None, bool]:
+    """The script sbatch will read from stdin, if we can see it harmlessly.
+
+    Returns (data, consumed): ``consumed`` means a pipe was drained and ``data`` must be
+    handed to sbatch as its stdin. A regular file is read with ``pread`` (offset unchanged);
+    a terminal or device is left alone.
+    """
+    st = os.fstat(0)
+    if stat.S_ISREG(st.st_mode):
+        offset = os.lseek(0, 0, os.SEEK_CUR)
+        return os.pread(0, MAX_SCRIPT_READ_BYTES + 1, offset), False
+    if may_consume and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError:
+            pass  # sbatch gets what we got, as it would have
+        return b"".join(chunks), True
+    return None, False
+
+
+def read_script_file(path: str) -> bytes | None:
+    """The script's bytes if it is a readable regular file of sane size, else None.
+
+    Never opens anything but a regular file: ``sbatch <(generate)`` passes a pipe, and reading
+    it would steal the script from sbatch.
+    """
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SCRIPT_READ_BYTES:
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks = []
+            remaining = MAX_SCRIPT_READ_BYTES + 1
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 1 << 16))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
+            return None if len(data) > MAX_SCRIPT_READ_BYTES else data
+        finally:
+            os.close(fd)
+    except OSError:
+        return None  # sbatch reports unreadable scripts itself
+
+
+class Recorder:
+    """Prepares the record while sbatch runs, writes it once the job id is known."""
+
+    def __init__(self, config: WrapperConfig, args: list[str], argv_info: directives.ArgvInfo, warnings: Warnings) -> None:
+        self.config = config
+        self.args = args
+        self.argv_info = argv_info
+        self.warnings = warnings
+        self.submit_time_s = time.time()
+        self.partial: dict[str, object] | None = None
+        self.path: str | None = None
+
+    def prepare(self, script_bytes: bytes | None, stdin_seen: bool) -> None:
+        from asrpt import __version__
+        from asrpt.submit_wrapper import spool
+
+        info = self.argv_info
+        source = info.script_source
+        text: str | None = None
+        script: dict[str, object] = {"source": source, "path": None, "size_bytes": None, "sha256": None, "text": None, "truncated": False}
+        if source == "wrap":
+            text = info.wrap or ""
+            script_bytes = text.encode("utf-8", "surrogateescape")
+        elif source == "file":
+            script["path"] = spool.clean_text(info.script or "")
+            script_bytes = read_script_file(info.script or "")
+        elif not stdin_seen:
+            script_bytes = None  # a terminal, or a pipe we did not dare to read
+        recurrence_group: str | None = None
+        script_info = None
+        if script_bytes is not None and len(script_bytes) <= MAX_SCRIPT_READ_BYTES:
+            if text is None:
+                text = spool.decode_script(script_bytes)
+            else:
+                text = spool.clean_text(text)
+            script["size_bytes"] = len(script_bytes)
+            script["sha256"] = sha256_hex(script_bytes)
+            script["text"], script["truncated"] = spool.truncate_utf8(text, self.config.script_text_limit_bytes)
+            if source == "wrap":
+                normalised = directives.wrap_recurrence_text(text)
+            else:
+                script_info = directives.scan_script(text)
+                normalised = directives.recurrence_text(text, script_info)
+                where = "stdin" if source == "stdin" else (info.script or "")
+                for message in script_info.warnings:
+                    self.warnings.add(f"{where} {message}")
+            recurrence_group = sha256_hex(normalised.encode("utf-8"))
+        sbatch_options: dict[str, object] = {}
+        if script_info is not None:
+            sbatch_options.update(script_info.components[0])
+        sbatch_options.update(info.options)
+        directive_record = {
+            "sbatch": {spool.clean_text(k): (v if v is True else spool.clean_text(str(v))) for k, v in sbatch_options.items()},
+            "het_components": max(info.components, len(script_info.components) if script_info else 1),
+            "script_args": spool.clean_argv(info.script_args)[0],
+            "asrpt": dict(script_info.asrpt) if script_info else {},
+            "warnings": list(script_info.warnings) if script_info else [],
+            "problems": [spool.clean_text(p) for p in info.problems + (script_info.problems if script_info else [])],
+        }
+        self.partial = {
+            "submit_time_s": self.submit_time_s,
+            "cwd": _cwd(),
+            "script": script,
+            "recurrence_group": recurrence_group,
+            "directives": directive_record,
+            "claimed_user": os.environ.get("USER") or os.environ.get("LOGNAME"),
+            "claimed_uid": os.getuid(),
+            "hostname": os.uname().nodename,
+            "wrapper_version": __version__,
+        }
+
+    def write(self, job_id: str, cluster: str | None) -> None:
+        from asrpt.submit_wrapper import spool
+
+        if self.partial is None or not self.config.spool_dir:
+            return
+        record = spool.build_record(job_id=job_id, cluster=cluster, args=self.args, **self.partial)  # type: ignore[arg-type]
+        payload = spool.encode_record(record)
+        name = spool.record_name(job_id, time.time_ns(), os.getpid(), os.urandom(3).hex())
+        try:
+            self.path = spool.write_record(self.config.spool_dir, name, payload)
+        except OSError as exc:
+            hint = ""
+            if isinstance(exc, FileNotFoundError):
+                hint = f" (create it: install -d -m 1777 {self.config.spool_dir})"
+            self.warnings.add(f"job {job_id} was submitted but not recorded in {self.config.spool_dir}: {exc.strerror or exc}{hint}")
+
+
+def sha256_hex(data: bytes) -> str:
+    """hashlib's sha256 hex digest without importing hashlib (which loads OpenSSL: milliseconds)."""
+    try:
+        from _sha256 import sha256 as builtin  # CPython <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256 as builtin  # type: ignore[no-redef]  # CPython >= 3.12
+        except ImportError:
+            from hashlib import sha256 as builtin  # type: ignore[no-redef]
+    return builtin(data).hexdigest()
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return os.environ.get("PWD", "")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``asrpt-sbatch``; returns sbatch's exit status (or execs sbatch)."""
+    args = list((sys.argv if argv is None else argv)[1:])
+    warnings = Warnings()
+    try:
+        env = original_environ()
+    except Exception:  # pragma: no cover - defensive: fall back to Python's view
+        env = dict(os.environb)
+    try:
+        config, problems = load_wrapper_config(os.environ, _self_paths())
+    except Exception as exc:  # pragma: no cover - load_wrapper_config does not raise
+        fallback = DEFAULT_REAL_SBATCH if check_real_sbatch(DEFAULT_REAL_SBATCH, _self_paths()) is None else None
+        config, problems = WrapperConfig(real_sbatch=fallback, spool_dir=""), [f"configuration: {exc!r}"]
+    for problem in problems:
+        warnings.add(problem)
+    real = config.real_sbatch
+    if real is None:
+        warnings.done = True
+        text = "; ".join(warnings.messages) or "no real sbatch configured"
+        os.write(2, f"{PROG}: error: cannot submit, no usable real sbatch: {text}\n".encode("utf-8", "replace"))
+        return 1
+
+    stdin_data: bytes | None = None
+    stdin_consumed = False
+    try:
+        if not config.spool_dir or not _std_fds_open():
+            return exec_real(real, args, env, None, warnings)
+        info = directives.parse_argv(args)
+        if info.passthrough is not None:
+            return exec_real(real, args, env, None, warnings)
+        if info.script_source == "stdin":
+            stdin_data, stdin_consumed = take_stdin(may_consume=info.confident)
+        recorder = Recorder(config, args, info, warnings)
+    except Exception as exc:
+        warnings.add(f"internal error before submitting: {exc!r}")
+        return exec_real(real, args, env, stdin_data if stdin_consumed else None, warnings)
+
+    # From here on sbatch runs as our child; nothing may stop us from waiting for it.
+    child: list[int] = [0]
+    early: list[int] = []  # signals to forward that came before sbatch was started
+
+    def forward(signum: int, frame: object) -> None:
+        if not child[0]:
+            early.append(signum)
+            return
+        try:
+            os.kill(child[0], signum)
+        except OSError:
+            pass
+
+    def ignore(signum: int, frame: object) -> None:
+        pass
+
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, forward)
+        for sig in (signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, ignore)
+        read_fd, write_fd = os.pipe()
+        actions = [(os.POSIX_SPAWN_DUP2, write_fd, 1)]
+        stdin_fd = _memfd(stdin_data) if stdin_consumed and stdin_data is not None else None
+        if stdin_fd is not None:
+            actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
+        try:
+            child[0] = os.posix_spawn(real, [real, *args], env, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        finally:
+            os.close(write_fd)
+            if stdin_fd is not None:
+                os.close(stdin_fd)
+        for signum in early:
+            forward(signum, None)
+    except Exception as exc:
+        warnings.add(f"internal error starting {real}: {exc!r}")
+        return exec_real(real, args, env, stdin_data if stdin_consumed else None, warnings)
+
+    try:
+        recorder.prepare(stdin_data, stdin_seen=stdin_data is not None)
+    except Exception as exc:
+        recorder.partial = None
+        warnings.add(f"internal error preparing the record: {exc!r}")
+
+    head = bytearray()
+    looked = False
+    stdout_ok = True
+    while True:
+        try:
+            chunk = os.read(read_fd, 1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        if stdout_ok:
+            try:
+                _write_all(1, chunk)
+            except OSError:
+                stdout_ok = False  # keep draining so that sbatch never blocks on us
+        if not looked:
+            head += chunk
+            if b"\n" in head or len(head) > 4096:
+                looked = True
+                _record(recorder, head, warnings)
+    if not looked and head:
+        _record(recorder, head, warnings)
+    os.close(read_fd)
+    _, status = os.waitpid(child[0], 0)
+    warnings.flush()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+def _record(recorder: Recorder, head: bytes, warnings: Warnings) -> None:
+    """Write the record if sbatch's first line names a job (a failed submission does not)."""
+    try:
+        job = parse_job_id(bytes(head))
+        if job is not None:
+            recorder.write(*job)
+    except Exception as exc:
+        warnings.add(f"internal error writing the record: {exc!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+#!/bin/sh
+
+   
+# hello
+   # indented comment
+#SBATCH -J after-blanks
+true

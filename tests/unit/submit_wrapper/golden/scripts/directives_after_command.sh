@@ -1,0 +1,4 @@
+#!/bin/sh
+echo hi
+#SBATCH -J too-late
+#ASRPT model=too-late

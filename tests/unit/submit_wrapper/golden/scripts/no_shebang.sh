@@ -1,0 +1,2 @@
+echo no shebang
+#SBATCH -J x

@@ -1,0 +1,5 @@
+#!/bin/sh
+#sbatch -J lower
+#SBATCHX -J x
+#ASRPTX model=y
+true

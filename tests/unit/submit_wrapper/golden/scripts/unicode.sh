@@ -1,0 +1,5 @@
+#!/bin/sh
+#SBATCH -J ünïcödé
+#ASRPT model=modèle
+#ASRPT class=résumé
+echo "ünïcödé"

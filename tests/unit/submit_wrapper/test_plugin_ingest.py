@@ -1,0 +1,513 @@
+"""job_submit.lua's records on the daemon side: parsing, trust, matching by AdminComment token,
+the history row, and the merge with the wrapper's record in a real (SQLite) repository.
+
+The last group runs contrib/slurm/job_submit.lua itself under a ``lua5.1`` interpreter with
+a stand-in for slurmctld's ``slurm`` table and ``job_desc`` (skipped without ``lua5.1``; the
+integration tests run it inside a real slurmctld).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from asrpt.db.migrate import upgrade_engine
+from asrpt.db.repository import HistoryRepository, SubmissionRecord
+from asrpt.db.session import make_engine
+from asrpt.slurm.cli_backend import format_admin_comment, split_admin_comment
+from asrpt.slurm.records import SlurmJob
+from asrpt.submit_wrapper import directives, plugin_ingest
+from asrpt.submit_wrapper.ingest import RecordFormatError
+from asrpt.submit_wrapper.plugin_ingest import (
+    PluginRecord,
+    ingest_plugin_spool,
+    match_plugin_records,
+    parse_plugin_record,
+    poly31x37,
+    read_plugin_spool,
+    to_submission_record,
+    tokens_in,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+PLUGIN = REPO / "contrib" / "slurm" / "job_submit.lua"
+IS_ROOT = os.geteuid() == 0
+NOBODY = pwd.getpwnam("nobody")
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: plugin records are root's files")
+
+TOKEN = "0123456789abcdef0123"
+SCRIPT = """#!/bin/bash
+#SBATCH --job-name=trainer --gres=gpu:a100:2
+# a comment
+#ASRPT model=llama-7b class=llm parallel=2x1x4 micro_batches=8 iterations=1000
+srun python train.py
+"""
+
+
+def document(token: str = TOKEN, *, script: str | None = SCRIPT, **overrides) -> dict:
+    data = None if script is None else script.encode("utf-8", "surrogateescape")
+    doc = {
+        "format": "asrpt-plugin-submission", "version": 1, "source": "plugin", "plugin_version": "1",
+        "token": token, "submit_time_s": 1_700_000_000, "submit_uid": 1001, "uid": 1001, "gid": 1001,
+        "user": "alice", "account": "ml", "name": "trainer", "partition": "a100", "qos": None,
+        "work_dir": "/home/alice", "tres_per_node": "gres:gpu:a100:2", "tres_per_job": None,
+        "tres_per_task": None, "tres_per_socket": None, "min_nodes": 2, "max_nodes": None,
+        "num_tasks": None, "cpus_per_task": None, "time_limit_min": 30, "time_limit_unlimited": False,
+        "array": None, "het_job_offset": None, "interactive": data is None, "priority_set": None,
+        "script": None if data is None else {
+            "bytes": len(data), "hash_alg": "poly31x37", "hash": poly31x37(data), "hash_bytes": len(data),
+            "text": script, "truncated": False,
+        },
+        "asrpt_directives": ["model=llama-7b", "class=llm", "parallel=2x1x4", "micro_batches=8", "iterations=1000"],
+    }  # fmt: skip
+    doc.update(overrides)
+    return doc
+
+
+def parsed(doc: dict, path: str = "/spool/1-x.json") -> PluginRecord:
+    return parse_plugin_record(doc, path=path, owner_uid=0, file_id=(1, 2, 3), spooled_at_s=1_700_000_001.0)
+
+
+def slurm_job(job_id: str, token: str | None = TOKEN, *, user: str = "alice", state: str = "PENDING", **kw) -> SlurmJob:
+    comment = f"asrpt-rec:{token}" if token else ""
+    return SlurmJob(job_id=job_id, state=state, user=user, admin_comment=comment, **kw)
+
+
+# ---- parsing ------------------------------------------------------------------------------
+
+
+def test_a_record_parses_into_typed_fields():
+    record = parsed(document())
+    assert record.token == TOKEN and record.uid == 1001 and record.submit_uid == 1001 and record.user == "alice"
+    assert record.partitions == ("a100",) and record.time_limit_s == 1800.0 and record.min_nodes == 2
+    assert record.has_whole_script and record.script_data == SCRIPT.encode()
+    assert record.asrpt_words[0] == "model=llama-7b"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "asrpt-submission"}, "format"),
+        ({"version": 2}, "version"),
+        ({"version": True}, "version"),
+        ({"token": "XYZ"}, "token"),
+        ({"token": None}, "token"),
+        ({"token": "abc"}, "token"),
+        ({"uid": -1}, "uid"),
+        ({"uid": "0"}, "uid"),
+        ({"uid": True}, "uid"),
+        ({"time_limit_min": 1.5}, "time_limit_min"),
+        ({"submit_time_s": "now"}, "submit_time_s"),
+        ({"asrpt_directives": "model=x"}, "asrpt_directives"),
+        ({"script": {"hash_alg": "md5", "hash": "0" * 16}}, "script.hash"),
+        ({"script": "text"}, "script"),
+        ({"name": "x" * 5000}, "too long"),
+    ],
+)
+def test_malformed_records_are_refused(change, message):
+    doc = document()
+    doc.update(change)
+    with pytest.raises(RecordFormatError, match=message):
+        parsed(doc)
+    with pytest.raises(RecordFormatError, match="JSON object"):
+        parsed([document()])  # type: ignore[arg-type]
+
+
+def test_nulls_mean_unknown():
+    record = parsed(document(script=None, partition=None, time_limit_min=None, user=None, asrpt_directives=[]))
+    assert record.partitions == () and record.time_limit_s is None and record.user is None
+    assert record.interactive and record.script_data is None and record.script_identity() == (None, None)
+
+
+# ---- what the daemon derives ----------------------------------------------------------------
+
+
+def test_script_identity_and_directives_match_the_wrappers():
+    record = parsed(document())
+    info = directives.scan_script(SCRIPT)
+    expected_group = hashlib.sha256(directives.recurrence_text(SCRIPT, info).encode()).hexdigest()
+    assert record.script_identity() == (hashlib.sha256(SCRIPT.encode()).hexdigest(), expected_group)
+    assert record.asrpt_fields() == info.asrpt
+
+
+def test_a_wrap_script_is_identified_by_its_command_as_the_wrapper_does():
+    generated = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\npython  train.py --lr 3\n"
+    record = parsed(document(script=generated, asrpt_directives=[]))
+    assert record.wrap_command == "python  train.py --lr 3"
+    command = record.wrap_command.encode()
+    group = hashlib.sha256(directives.wrap_recurrence_text("python  train.py --lr 3").encode()).hexdigest()
+    assert record.script_identity() == (hashlib.sha256(command).hexdigest(), group)
+
+
+def test_a_script_that_is_not_utf8_keeps_its_exact_bytes():
+    raw = b"#!/bin/sh\necho \xff\xfe caf\xc3\xa9\n"
+    record = parsed(document(script=raw.decode("utf-8", "surrogateescape")))
+    assert record.script_data == raw
+    assert record.script_identity()[0] == hashlib.sha256(raw).hexdigest()
+
+
+def test_a_truncated_script_falls_back_to_the_plugins_hash_and_words():
+    doc = document()
+    doc["script"] = {**doc["script"], "text": SCRIPT[:20], "truncated": True}
+    record = parsed(doc)
+    assert record.script_data is None
+    assert record.script_identity() == (f"poly31x37:{poly31x37(SCRIPT.encode())}", None)
+    fields = record.asrpt_fields()
+    assert fields["model"] == "llama-7b" and fields["parallel_tensor"] == 4 and fields["iterations"] == 1000
+
+
+# ---- matching -------------------------------------------------------------------------------
+
+
+def test_tokens_are_found_in_admin_comments_with_other_text():
+    assert tokens_in(f"asrpt-rec:{TOKEN}") == [TOKEN]
+    assert tokens_in(f"site note asrpt-rec:{TOKEN} more") == [TOKEN]
+    assert tokens_in(f"xasrpt-rec:{TOKEN}") == []
+    assert tokens_in(f"asrpt-rec:{TOKEN}zz") == []
+    assert tokens_in("") == [] and tokens_in(None) == []
+
+
+def test_the_tag_survives_the_daemons_own_admin_comment_part():
+    written = format_admin_comment(f"asrpt-rec:{TOKEN}", {"held", "pin"}, "rank 3 of 40", max_chars=60)
+    other, flags, text = split_admin_comment(written)
+    assert tokens_in(written) == [TOKEN] and other == f"asrpt-rec:{TOKEN}" and flags == {"held", "pin"}
+    # a long comment is cut from the end: the tag goes first, so it stays
+    long = format_admin_comment(f"asrpt-rec:{TOKEN} " + "x" * 500, set(), "text", max_chars=80)
+    assert tokens_in(long) == [TOKEN]
+
+
+def test_records_match_jobs_by_token():
+    a, b = parsed(document("a" * 20), "/s/a.json"), parsed(document("b" * 20), "/s/b.json")
+    waiting = parsed(document("c" * 20), "/s/c.json")
+    jobs = {"7": slurm_job("7", "a" * 20), "8": slurm_job("8", "b" * 20), "9": slurm_job("9", None)}
+    assert match_plugin_records([a, b, waiting], jobs) == [("7", a), ("8", b)]
+
+
+def test_array_tasks_share_their_submissions_record():
+    record = parsed(document(array="0-2"))
+    jobs = {"12": slurm_job("12"), "10": slurm_job("10", state="RUNNING"), "11": slurm_job("11")}
+    assert [job_id for job_id, _ in match_plugin_records([record], jobs)] == ["10", "11", "12"]
+
+
+def test_a_record_naming_another_user_than_slurm_is_not_matched(caplog):
+    record = parsed(document())
+    with caplog.at_level(logging.WARNING):
+        assert match_plugin_records([record], {"7": slurm_job("7", user="bob")}) == []
+    assert "belongs to bob" in caplog.text
+
+
+# ---- the history row ------------------------------------------------------------------------
+
+
+def test_the_submission_record_carries_slurms_identity_and_the_scripts_features():
+    job = slurm_job("7", submit_time_s=1_700_000_000.25, node_count=2)
+    row = to_submission_record(parsed(document()), "7", job)
+    assert row.source == "plugin" and row.slurm_job_id == "7"
+    assert (row.user, row.uid, row.account, row.job_name) == ("alice", 1001, "ml", "trainer")
+    assert row.partitions == ("a100",) and row.time_limit_s == 1800.0
+    assert (row.accelerators, row.accelerator_type) == (4, "a100")  # 2 per node x 2 nodes
+    assert (row.parallel_data, row.parallel_pipeline, row.parallel_tensor, row.micro_batches) == (2, 1, 4, 8)
+    assert (row.model_name, row.workload_class, row.iterations_hint) == ("llama-7b", "llm", 1000.0)
+    assert row.submit_time_s == 1_700_000_000.25  # Slurm's own submit time
+    assert row.script_hash == hashlib.sha256(SCRIPT.encode()).hexdigest() and row.recurrence_group
+
+
+@pytest.mark.parametrize(
+    ("tres", "expected"),
+    [
+        ({"tres_per_node": "gres/gpu:v100:3", "min_nodes": None}, (3, "v100")),  # 24.11 spelling
+        ({"tres_per_node": "gres:npu:8", "min_nodes": 2}, (16, None)),
+        ({"tres_per_node": None, "tres_per_job": "gres:gpu:5"}, (5, None)),
+        ({"tres_per_node": None, "tres_per_task": "gres/gpu:1", "num_tasks": 4}, (4, None)),
+        ({"tres_per_node": "gres:license_x:2"}, (None, None)),
+        ({"tres_per_node": "(null"}, (None, None)),
+    ],
+)
+def test_accelerators_in_either_slurm_spelling(tres, expected):
+    row = to_submission_record(parsed(document(**tres)), "7", slurm_job("7"))
+    assert (row.accelerators, row.accelerator_type) == expected
+
+
+def test_what_the_request_left_open_comes_from_slurm():
+    row = to_submission_record(parsed(document(partition=None, user=None, script=None)), "7",
+                               slurm_job("7", partitions=("gpu",), submit_time_s=1_700_000_005.0))
+    assert row.partitions == ("gpu",) and row.user == "alice" and row.submit_time_s == 1_700_000_005.0
+    alone = to_submission_record(parsed(document(user=None, uid=0)), "7")
+    assert alone.user == "root" and alone.submit_time_s == 1_700_000_000.0
+
+
+def _repository(tmp_path: Path) -> HistoryRepository:
+    engine = make_engine(f"sqlite:///{tmp_path / 'history.db'}", create=True)
+    upgrade_engine(engine)
+    return HistoryRepository(engine)
+
+
+@pytest.mark.parametrize("plugin_first", [True, False], ids=["plugin-first", "wrapper-first"])
+def test_plugin_and_wrapper_records_of_one_job_make_one_row(tmp_path, plugin_first):
+    repository = _repository(tmp_path)
+    try:
+        plugin_row = to_submission_record(parsed(document()), "7", slurm_job("7", node_count=1))
+        # What the wrapper (the user's process) says: other identity, plus what only it knows.
+        wrapper_row = SubmissionRecord(
+            slurm_job_id="7", user="mallory", uid=666, submit_time_s=1.0, source="wrapper",
+            job_name="renamed", partitions=("npu",), time_limit_s=1.0, accelerators=64,
+            command="train.sh --lr 3e-4", model_name="llama-7b",
+            recurrence_group=plugin_row.recurrence_group, script_hash=plugin_row.script_hash,
+        )  # fmt: skip
+        for row in ((plugin_row, wrapper_row) if plugin_first else (wrapper_row, plugin_row)):
+            repository.record_submission(row)
+        stored = repository.get_submission("7")
+        assert stored is not None and stored.source == "plugin"
+        assert (stored.user, stored.uid, stored.job_name, stored.partitions) == ("alice", 1001, "trainer", ("a100",))
+        assert (stored.time_limit_s, stored.accelerators, stored.accelerator_type) == (1800.0, 4, "a100")
+        assert stored.submit_time_s == plugin_row.submit_time_s
+        assert stored.command == "train.sh --lr 3e-4"  # only the wrapper knew it
+        assert stored.iterations_hint == 1000.0 and stored.recurrence_group == plugin_row.recurrence_group
+        assert len(repository.history_rows()) == 1
+    finally:
+        repository.close()
+
+
+# ---- the spool ------------------------------------------------------------------------------
+
+
+def make_spool(tmp_path: Path) -> Path:
+    spool_dir = tmp_path / "plugin"
+    spool_dir.mkdir(mode=0o700)
+    os.chmod(spool_dir, 0o700)
+    return spool_dir
+
+
+def put(spool_dir: Path, name: str, doc: object, *, owner: int | None = None, mode: int = 0o644) -> Path:
+    path = spool_dir / name
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    os.chmod(path, mode)
+    if owner is not None:
+        os.chown(path, owner, owner)
+    return path
+
+
+@needs_root
+def test_only_root_owned_regular_files_are_read(tmp_path, caplog):
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-good.json", document("a" * 20))
+    put(spool_dir, "2-forged.json", document("b" * 20), owner=NOBODY.pw_uid)
+    put(spool_dir, "3-bad.json", "{not json")
+    put(spool_dir, "4-other.json", {"format": "asrpt-submission", "version": 1})
+    put(spool_dir, "5-name.txt", document("c" * 20))
+    (spool_dir / "6-link.json").symlink_to(spool_dir / "1-good.json")
+    put(spool_dir, "7-linked.json", document("d" * 20))
+    os.link(spool_dir / "7-linked.json", tmp_path / "hardlink")
+    put(spool_dir, ".tmp-inflight", "{")
+    with caplog.at_level(logging.WARNING):
+        [record] = read_plugin_spool(spool_dir)
+    assert record.token == "a" * 20
+    assert sorted(os.listdir(spool_dir)) == [".tmp-inflight", "1-good.json", "rejected"]
+    assert len(os.listdir(spool_dir / "rejected")) == 6
+    assert "owned by uid" in caplog.text and "symbolic link" in caplog.text and "hard links" in caplog.text
+
+
+@needs_root
+@pytest.mark.parametrize("problem", ["missing", "not-a-dir", "foreign-owner", "world-writable", "symlink"])
+def test_an_unsafe_spool_directory_is_not_read(tmp_path, caplog, problem):
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-good.json", document())
+    target = spool_dir
+    if problem == "missing":
+        target = tmp_path / "nowhere"
+    elif problem == "not-a-dir":
+        target = tmp_path / "file"
+        target.write_text("")
+    elif problem == "foreign-owner":
+        os.chown(spool_dir, NOBODY.pw_uid, NOBODY.pw_gid)
+    elif problem == "world-writable":
+        os.chmod(spool_dir, 0o777)
+    else:
+        target = tmp_path / "link"
+        target.symlink_to(spool_dir)
+    with caplog.at_level(logging.WARNING):
+        assert read_plugin_spool(target) == []
+    assert "its records are not read" in caplog.text
+    assert (spool_dir / "1-good.json").exists()  # nothing was moved
+
+
+@needs_root
+def test_another_trusted_owner_can_be_configured(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    os.chown(spool_dir, NOBODY.pw_uid, NOBODY.pw_gid)
+    put(spool_dir, "1-x.json", document(), owner=NOBODY.pw_uid)
+    assert len(read_plugin_spool(spool_dir, trusted_uids=plugin_ingest.uids_of(["nobody"]))) == 1
+    assert plugin_ingest.uids_of(["root", "0", "no-such-user-asrpt"]) == (0, 0)
+
+
+@needs_root
+def test_the_cycle_stores_matches_waits_and_expires(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-a.json", document("a" * 20))
+    put(spool_dir, "2-b.json", document("b" * 20))
+    put(spool_dir, "3-array.json", document("c" * 20, array="0-3"))
+    stored: list[SubmissionRecord] = []
+    jobs = {"7": slurm_job("7", "a" * 20), "20": slurm_job("20", "c" * 20, state="RUNNING"),
+            "21": slurm_job("21", "c" * 20)}  # fmt: skip
+    result = ingest_plugin_spool(spool_dir, jobs, stored.append)
+    assert (result.stored, result.waiting, result.expired) == (3, 1, 0)
+    assert sorted(r.slurm_job_id for r in stored) == ["20", "21", "7"]
+    # the plain record is gone; the array waits for its pending task; b waits for its job
+    assert sorted(p.name for p in spool_dir.glob("*.json")) == ["2-b.json", "3-array.json"]
+    jobs["21"] = slurm_job("21", "c" * 20, state="RUNNING")
+    ingest_plugin_spool(spool_dir, jobs, stored.append)
+    assert sorted(p.name for p in spool_dir.glob("*.json")) == ["2-b.json"]
+    result = ingest_plugin_spool(spool_dir, {}, stored.append, max_age_s=0.0, now_s=os.stat(spool_dir / "2-b.json").st_ctime + 1)
+    assert result.expired == 1 and not list(spool_dir.glob("*.json")) and len(os.listdir(spool_dir / "rejected")) == 1
+
+
+@needs_root
+def test_a_failing_database_keeps_the_record(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-a.json", document())
+
+    def broken(_record: SubmissionRecord) -> None:
+        raise RuntimeError("database is locked")
+
+    with pytest.raises(RuntimeError):
+        ingest_plugin_spool(spool_dir, {"7": slurm_job("7")}, broken)
+    assert (spool_dir / "1-a.json").exists()
+
+
+# ---- job_submit.lua under a stand-in slurmctld ----------------------------------------------------
+
+LUA = shutil.which("lua5.1") or shutil.which("lua5.4") or shutil.which("lua5.3") or shutil.which("lua")
+needs_lua = pytest.mark.skipif(LUA is None, reason="no Lua interpreter (apt-get install lua5.1)")
+
+HARNESS = r"""
+-- lua HARNESS PLUGIN SPOOL_DIR SET_PRIORITY FIELDS_FILE: run slurm_job_submit once.
+local plugin, spool, set_priority, fields_file = arg[1], arg[2], arg[3], arg[4]
+local logged = {}
+slurm = {SUCCESS = 0, ERROR = -1,
+         log_info = function(fmt, ...) logged[#logged + 1] = string.format(fmt, ...) end}
+local src = io.open(plugin, "rb"):read("*a")
+src = src:gsub('\nlocal SPOOL_DIR = "[^\n]*', '\nlocal SPOOL_DIR = "' .. spool .. '"', 1)
+src = src:gsub('\nlocal SET_PRIORITY = [a-z]+', '\nlocal SET_PRIORITY = ' .. set_priority, 1)
+local load_chunk = loadstring or load
+local chunk = assert(load_chunk(src))
+assert(chunk() == 0, "the script must return slurm.SUCCESS when loaded")
+-- FIELDS_FILE: "key\tvalue" lines; numbers as numbers; "script" is read from FIELDS_FILE.script.
+local store = {}
+for line in io.lines(fields_file) do
+  local key, value = line:match("^([^\t]+)\t(.*)$")
+  store[key] = tonumber(value) or value
+end
+local sf = io.open(fields_file .. ".script", "rb")
+if sf then store.script = sf:read("*a"); sf:close() end
+local job_desc = setmetatable({}, {__index = store, __newindex = function(_, k, v) store[k] = v end})
+local rc = slurm_job_submit(job_desc, {}, store.user_id)
+local rc2 = slurm_job_modify(job_desc, {}, {}, 0)
+io.write("rc=", tostring(rc), "\nmodify=", tostring(rc2), "\nadmin_comment=", tostring(store.admin_comment),
+         "\npriority=", tostring(store.priority), "\n")
+for _, l in ipairs(logged) do io.write("log=", l, "\n") end
+"""
+
+
+def run_plugin(tmp_path: Path, spool_dir: Path, *, script: bytes | None, set_priority: bool = False, **fields) -> dict[str, list[str]]:
+    harness = tmp_path / "harness.lua"
+    harness.write_text(HARNESS)
+    values = {"user_id": 1001, "group_id": 1001, "user_name": "alice", "name": "trainer", "partition": "a100",
+              "tres_per_node": "gres:gpu:a100:2", "time_limit": 30, "priority": 4294967294,
+              "min_nodes": 4294967294, "num_tasks": 4294967294, "cpus_per_task": 65534,
+              "het_job_offset": 4294967294, **fields}  # fmt: skip
+    fields_file = tmp_path / "fields.tsv"
+    fields_file.write_text("".join(f"{k}\t{v}\n" for k, v in values.items() if v is not None))
+    script_file = Path(f"{fields_file}.script")
+    if script is None:
+        script_file.unlink(missing_ok=True)
+    else:
+        script_file.write_bytes(script)
+    done = subprocess.run([LUA, str(harness), str(PLUGIN), str(spool_dir), "true" if set_priority else "false", str(fields_file)],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("=")
+        out.setdefault(key, []).append(value)
+    return out
+
+
+@needs_lua
+@needs_root
+def test_lua_writes_a_record_the_daemon_reads(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    raw = SCRIPT.encode() + b"echo \xff\x01 \"q\" \\ tab\t\n#ASRPT late=1\n"
+    out = run_plugin(tmp_path, spool_dir, script=raw, admin_comment="site text")
+    assert out["rc"] == ["0"] and out["modify"] == ["0"] and "log" not in out
+    [record] = read_plugin_spool(spool_dir)
+    assert out["admin_comment"] == [f"asrpt-rec:{record.token} site text"]
+    assert len(record.token) == 20 and record.uid == 1001 and record.user == "alice"
+    assert record.partitions == ("a100",) and record.time_limit_s == 1800.0
+    assert record.min_nodes is None and record.num_tasks is None and record.cpus_per_task is None
+    assert record.script_data == raw and record.script_poly_hash == poly31x37(raw)
+    assert record.asrpt_words == ("model=llama-7b", "class=llm", "parallel=2x1x4", "micro_batches=8", "iterations=1000")
+    assert out["priority"] == ["4294967294"] and record.priority_set is None
+    assert not [p for p in os.listdir(spool_dir) if p.startswith(".")]
+
+
+@needs_lua
+@needs_root
+def test_lua_hashes_and_copies_only_a_bounded_prefix(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    raw = b"#!/bin/sh\n#ASRPT iterations=5\n" + b"x" * 70_000 + b"\n"
+    run_plugin(tmp_path, spool_dir, script=raw)
+    [record] = read_plugin_spool(spool_dir)
+    assert record.script_truncated and record.script_bytes == len(raw) and record.script_hash_bytes == 65536
+    assert record.script_poly_hash == poly31x37(raw[:65536]) and len(record.script_text or "") == 65536
+    assert record.asrpt_fields() == {"iterations": 5}
+
+
+@needs_lua
+@needs_root
+def test_lua_records_interactive_jobs_without_a_script(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    run_plugin(tmp_path, spool_dir, script=None, time_limit=4294967295, name="interactive")
+    [record] = read_plugin_spool(spool_dir)
+    assert record.interactive and record.script_text is None and record.time_limit_unlimited
+    assert record.time_limit_s is None and record.asrpt_words == ()
+
+
+@needs_lua
+@pytest.mark.parametrize("broken", ["file", "missing"])
+def test_lua_with_a_broken_spool_lets_the_job_through_untouched(tmp_path, broken):
+    spool_dir = tmp_path / "spool"
+    if broken == "file":
+        spool_dir.write_text("not a directory")
+    out = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), admin_comment="keep me")
+    assert out["rc"] == ["0"] and out["admin_comment"] == ["keep me"]
+    assert len(out["log"]) == 1 and "cannot create a record" in out["log"][0]
+
+
+@needs_lua
+def test_lua_priority_option_lowers_only_unset_priorities(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    assert run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), set_priority=True)["priority"] == ["1"]
+    held = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), set_priority=True, priority=0)
+    assert held["priority"] == ["0"]  # a held job stays held
+    admin = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), set_priority=True, priority=5000)
+    assert admin["priority"] == ["5000"]
+    documents = [json.loads(p.read_text()) for p in sorted(spool_dir.glob("*.json"))]
+    assert sorted(str(d["priority_set"]) for d in documents) == ["1", "None", "None"]
+
+
+def test_the_daemon_config_names_the_plugin_spool():
+    from asrpt.daemon.config import parse_config
+
+    config = parse_config({"spool": {"plugin_dir": "/var/spool/asrpt-plugin", "plugin_owners": ["slurm"]}}, {})
+    assert (config.spool.plugin_dir, config.spool.plugin_owners) == ("/var/spool/asrpt-plugin", ("slurm",))
+    assert parse_config({}, {}).spool.plugin_dir == ""  # off unless configured
+    env = {"ASRPT_SPOOL_PLUGIN_DIR": "/x", "ASRPT_SPOOL_PLUGIN_OWNERS": "root,slurm"}
+    assert parse_config({}, env).spool.plugin_owners == ("root", "slurm")

@@ -11,7 +11,7 @@ from asrpt.cli import predict_commands, simulate
 def test_literal_registries_match_the_real_ones():
     from asrpt.core.dispatch import DISPATCH_MODES
     from asrpt.core.policies import POLICIES
-    from asrpt.core.policies.asrpt import QUEUE_ORDERS
+    from asrpt.core.policies.asrpt import QUEUE_ORDERS, VIRTUAL_MACHINES
     from asrpt.predict.predictor import UNSEEN_POLICIES
     from asrpt.sim.predictors import PREDICTOR_NAMES
     from asrpt.sim.traces import TRACE_FORMATS
@@ -21,6 +21,7 @@ def test_literal_registries_match_the_real_ones():
     assert set(simulate.PREDICTOR_NAMES) == set(PREDICTOR_NAMES)
     assert tuple(simulate.DISPATCH_MODES) == tuple(DISPATCH_MODES)
     assert tuple(simulate.QUEUE_ORDERS) == tuple(QUEUE_ORDERS)
+    assert tuple(simulate.VIRTUAL_MACHINES) == tuple(VIRTUAL_MACHINES)
     assert set(predict_commands.UNSEEN_POLICIES) == set(UNSEEN_POLICIES)
 
 

@@ -22,6 +22,7 @@ TRACE_FORMAT_NAMES = ("pai", "philly", "gavel", "sia", "csv", "sacct")
 PREDICTOR_NAMES = ("oracle", "history", "rf")
 DISPATCH_MODES = ("strict", "backfill", "greedy")
 QUEUE_ORDERS = ("virtual_completion", "remaining")
+VIRTUAL_MACHINES = ("cluster", "pool")
 
 DEMO_POLICIES = ("asrpt", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", "tiresias", "multifactor")
 
@@ -50,11 +51,27 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="fail on the first bad trace row instead of skipping it")
     parser.add_argument("--mode", choices=DISPATCH_MODES, default="backfill", help="A-SRPT dispatch mode")
     parser.add_argument("--queue-order", choices=QUEUE_ORDERS, default="virtual_completion")
+    parser.add_argument(
+        "--virtual-machine",
+        choices=VIRTUAL_MACHINES,
+        default="cluster",
+        help="A-SRPT's virtual machine: the whole cluster (the paper) or one per pool of partitions",
+    )
     parser.add_argument("--comm-heavy", type=float, default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
     parser.add_argument("--tau", type=float, default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
     parser.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
     parser.add_argument("--plot", type=Path, default=None, help="write JCT CDFs (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--forecast",
+        action="store_true",
+        help=(
+            "also measure forecast accuracy: at the submission of a seeded sample of jobs, forecast their start "
+            "and end as the daemon would (multifactor: as Slurm's backfill on time limits would) and compare "
+            "with what happened"
+        ),
+    )
+    parser.add_argument("--forecast-samples", type=int, default=200, metavar="N", help="jobs forecast per policy with --forecast (default 200)")
 
 
 @dataclass(frozen=True)
@@ -83,8 +100,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         options=ASRPTOptions(
             dispatch=DispatchOptions(mode=args.mode, comm_heavy_ratio=args.comm_heavy, comm_heavy_tau=args.tau),
             queue_order=args.queue_order,
+            virtual_machine=args.virtual_machine,
         ),
         progress=not args.no_progress,
+        forecast_samples=args.forecast_samples if args.forecast else 0,
     )
     _emit(comparison, args.json, args.plot)
     return 0
@@ -126,8 +145,14 @@ def compare(
     strict: bool,
     options: Any,
     progress: bool,
+    forecast_samples: int = 0,
 ) -> Comparison:
-    """Run every policy on the same jobs for every seed; the report is ``--json``'s content."""
+    """Run every policy on the same jobs for every seed; the report is ``--json``'s content.
+
+    With ``forecast_samples`` > 0 each policy's block also has ``"forecast"``: the errors of
+    forecasts made at the submission of that many sampled jobs (``asrpt.sim.forecast_accuracy``);
+    ``wall_s`` then excludes the time spent forecasting.
+    """
     from asrpt.core.policies import make_policy
     from asrpt.core.speed import default_speed_table
     from asrpt.sim.clusters import load_cluster
@@ -156,18 +181,37 @@ def compare(
             policy = make_policy(name, speed, options)
             started = time.perf_counter()
             bar = _ProgressBar(f"{name} seed {seed}") if progress and len(built.jobs) >= 2000 else None
-            outcome = simulate(
-                built.jobs,
-                cluster.partitions,
-                cluster.nodes,
-                policy,
-                make_predictions(predictor, seed=seed),
-                progress=bar.update if bar else None,
-            )
+            accuracy = None
+            if forecast_samples > 0:
+                from asrpt.sim.forecast_accuracy import measure_forecasts
+
+                outcome, accuracy = measure_forecasts(
+                    built.jobs,
+                    cluster.partitions,
+                    cluster.nodes,
+                    policy,
+                    make_predictions(predictor, seed=seed),
+                    speed=speed,
+                    samples=forecast_samples,
+                    seed=seed,
+                    progress=bar.update if bar else None,
+                )
+            else:
+                outcome = simulate(
+                    built.jobs,
+                    cluster.partitions,
+                    cluster.nodes,
+                    policy,
+                    make_predictions(predictor, seed=seed),
+                    progress=bar.update if bar else None,
+                )
             if bar:
                 bar.close()
             metrics = policy_metrics(outcome)
             metrics["wall_s"] = time.perf_counter() - started
+            if accuracy is not None:
+                metrics["wall_s"] -= accuracy.forecast_wall_s
+                metrics["forecast"] = accuracy.as_dict()
             metrics["ratio_to_lower_bound"] = metrics["total_jct_s"] / bound["total_jct_s"] if bound["total_jct_s"] > 0 else float("nan")
             results[name] = metrics
             if seed == seeds[0]:
@@ -225,19 +269,37 @@ def format_table(report: dict[str, Any]) -> str:
         f"{'policy':<14}{'total JCT s':>16}{'x bound':>9}{'avg JCT s':>12}{'p50 s':>10}{'p99 s':>11}"
         f"{'avg queue s':>13}{'util':>7}{'wall s':>8}",
     ]
+    forecasts = any("forecast" in m for m in report["policies"].values())
+    if forecasts:
+        lines[-1] += f"{'ETA err start/end s':>22}"
     ranked = sorted(report["policies"].items(), key=lambda item: item[1]["total_jct_s"])
     for name, m in ranked:
-        lines.append(
+        line = (
             f"{name:<14}{m['total_jct_s']:>16,.0f}{m['ratio_to_lower_bound']:>9.2f}{m['avg_jct_s']:>12,.0f}"
             f"{m['p50_jct_s']:>10,.0f}{m['p99_jct_s']:>11,.0f}{m['avg_queue_s']:>13,.0f}"
             f"{m['utilization']:>7.2f}{m['wall_s']:>8.1f}"
         )
+        if forecasts and "forecast" in m:
+            f = m["forecast"]
+            line += f"{_error_text(f['median_abs_start_error_s']) + ' / ' + _error_text(f['median_abs_end_error_s']):>22}"
+        lines.append(line)
+    if forecasts:
+        samples = {m["forecast"]["samples"] for m in report["policies"].values() if "forecast" in m}
+        lines += [
+            "",
+            f"ETA err: median absolute error of the start and end forecast at submission ({'/'.join(map(str, sorted(samples)))} "
+            "sampled jobs); multifactor forecasts as Slurm's backfill does, on requested time limits",
+        ]
     if "sweep" in report:
         lines += ["", "across seeds (mean +- stdev of total JCT / lower bound):"]
         for name, stats in report["sweep"].items():
             r = stats["ratio_to_lower_bound"]
             lines.append(f"  {name:<14}{r['mean']:.3f} +- {r['stdev']:.3f}  (min {r['min']:.3f}, max {r['max']:.3f})")
     return "\n".join(lines)
+
+
+def _error_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
 
 
 def plot_jct_cdfs(jct_by_policy: dict[str, list[float]], path: Path, title: str) -> None:

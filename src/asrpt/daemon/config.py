@@ -55,6 +55,8 @@ class SchedulerSection:
     comm_heavy_tau: float = 0.1
     #: Jobs examined behind the first blocked one per cycle (like Slurm's bf_max_job_test).
     backfill_depth: int = 100
+    #: ``cluster`` (one virtual machine, the paper) or ``pool`` (one per set of partitions).
+    virtual_machine: str = "cluster"
     #: Jobs with no history: ``zero`` (the paper: predict 0 iterations, they go first),
     #: ``fallback`` (group, then user, then global median) or ``model`` (the forest anyway).
     unseen_policy: str = "zero"
@@ -65,6 +67,10 @@ class SpoolSection:
     dir: str = paths.DEFAULT_SPOOL_DIR
     #: Records older than this whose job Slurm never reports are discarded, seconds.
     max_age_s: float = 86400.0
+    #: Where contrib/slurm/job_submit.lua writes its records (its SPOOL_DIR); "" = not read.
+    plugin_dir: str = ""
+    #: Users whose files in plugin_dir are trusted: slurmctld's SlurmUser (root by default).
+    plugin_owners: tuple[str, ...] = ("root",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("daemon", "policy"): POLICY_NAMES,
     ("scheduler", "mode"): ("strict", "backfill", "greedy"),
     ("scheduler", "queue_order"): ("virtual_completion", "remaining"),
+    ("scheduler", "virtual_machine"): ("cluster", "pool"),
     ("scheduler", "unseen_policy"): ("zero", "fallback", "model"),
 }
 

@@ -60,6 +60,7 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
             backfill_depth=sched.backfill_depth,
         ),
         queue_order=sched.queue_order,  # type: ignore[arg-type]
+        virtual_machine=sched.virtual_machine,  # type: ignore[arg-type]
     )
 
 

@@ -11,10 +11,12 @@ from asrpt.core.model import ClusterSnapshot, Decision, Job
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
-from asrpt.core.srpt import VirtualSRPT, virtual_size_s
+from asrpt.core.srpt import VirtualSRPT, id_sort_key, virtual_size_s
 
 QueueOrder = Literal["virtual_completion", "remaining"]
 QUEUE_ORDERS: tuple[str, ...] = ("virtual_completion", "remaining")
+VirtualMachine = Literal["cluster", "pool"]
+VIRTUAL_MACHINES: tuple[str, ...] = ("cluster", "pool")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,22 +27,32 @@ class ASRPTOptions:
     virtual SRPT completes it; Q is ordered by virtual completion) or ``remaining`` (every
     released job is dispatchable, ordered by remaining virtual work, no release gating).
     ``use_true_iterations``: the oracle variant; reads ``Job.true_iterations``.
+    ``virtual_machine``: ``cluster`` (the paper: one virtual machine of all G accelerators) or
+    ``pool`` (one virtual machine per set of partitions jobs may use, of that set's size, so
+    contention for a scarce accelerator type shows up in the virtual schedule; with ``cluster``
+    a lightly loaded cluster whose one type is saturated orders jobs almost first-come).
     """
 
     dispatch: DispatchOptions = DispatchOptions()
     queue_order: QueueOrder = "virtual_completion"
     use_true_iterations: bool = False
+    virtual_machine: VirtualMachine = "cluster"
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
             raise ValueError(f"queue_order {self.queue_order!r} is not one of {', '.join(QUEUE_ORDERS)}")
+        if self.virtual_machine not in VIRTUAL_MACHINES:
+            raise ValueError(f"virtual_machine {self.virtual_machine!r} is not one of {', '.join(VIRTUAL_MACHINES)}")
 
 
 @dataclass(slots=True)
 class ASRPTState:
     """Survives between cycles (and, serialised, across daemon restarts)."""
 
-    machine: VirtualSRPT = field(default_factory=VirtualSRPT)
+    #: Virtual machines by pool key ("" is the whole cluster).
+    machines: dict[str, VirtualSRPT] = field(default_factory=dict)
+    #: Which machine each known pending job is on.
+    pool_of: dict[str, str] = field(default_factory=dict)
     #: Current virtual size of every known pending job, seconds.
     sizes_s: dict[str, float] = field(default_factory=dict)
     #: Q: virtually complete, not yet started, in virtual completion order.
@@ -53,9 +65,15 @@ class ASRPTState:
     #: Pending jobs no allowed partition can ever hold (they stay last); derived.
     never_fits: set[str] = field(default_factory=set)
 
+    @property
+    def machine(self) -> VirtualSRPT:
+        """The whole-cluster virtual machine (``virtual_machine = "cluster"``)."""
+        return self.machines.setdefault("", VirtualSRPT())
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "machine": self.machine.to_dict(),
+            "machines": {key: m.to_dict() for key, m in self.machines.items()},
+            "pool_of": dict(self.pool_of),
             "sizes_s": dict(self.sizes_s),
             "queue": list(self.queue),
             "first_blocked_s": dict(self.first_blocked_s),
@@ -64,7 +82,8 @@ class ASRPTState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ASRPTState":
         return cls(
-            machine=VirtualSRPT.from_dict(data.get("machine", {})),
+            machines={str(k): VirtualSRPT.from_dict(v) for k, v in data.get("machines", {}).items()},
+            pool_of={str(k): str(v) for k, v in data.get("pool_of", {}).items()},
             sizes_s={str(k): float(v) for k, v in data.get("sizes_s", {}).items()},
             queue=[str(j) for j in data.get("queue", [])],
             first_blocked_s={str(k): float(v) for k, v in data.get("first_blocked_s", {}).items()},
@@ -92,7 +111,9 @@ class ASRPTPolicy:
         return float(n) if n is not None and n > 0 else 0.0
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
-        capacity = sum(n.accelerators_total for n in snapshot.nodes)
+        capacity_by_partition: dict[str, int] = {}
+        for node in snapshot.nodes:
+            capacity_by_partition[node.partition] = capacity_by_partition.get(node.partition, 0) + node.accelerators_total
         pending = {job.job_id: job for job in snapshot.pending}
         reasons = Reasons()
 
@@ -107,7 +128,7 @@ class ASRPTPolicy:
                 state.alpha_min_cache_s.pop(job_id, None)
                 state.first_blocked_s.pop(job_id, None)
                 if state.sizes_s.pop(job_id, None) is not None:
-                    state.machine.remove(job_id)
+                    state.machines[state.pool_of.pop(job_id)].remove(job_id)
             left = set(gone)
             state.queue = [j for j in state.queue if j not in left]
 
@@ -120,20 +141,36 @@ class ASRPTPolicy:
                 state.never_fits.add(job.job_id)
                 reasons.note(job.job_id, "no partition it allows can ever hold it")
                 continue
-            size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
             old_s = state.sizes_s.get(job.job_id)
             if old_s is None:
-                state.machine.release(job.job_id, job.submit_time_s, size_s)
+                pool, capacity = self._pool(job, snapshot, capacity_by_partition)
+                size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
+                machine = state.machines.get(pool)
+                if machine is None:
+                    machine = state.machines[pool] = VirtualSRPT()
+                machine.release(job.job_id, job.submit_time_s, size_s)
                 state.sizes_s[job.job_id] = size_s
-            elif old_s != size_s:
-                state.machine.resize(job.job_id, size_s, old_s)
-                state.sizes_s[job.job_id] = size_s
+                state.pool_of[job.job_id] = pool
+            else:
+                pool, capacity = self._pool(job, snapshot, capacity_by_partition)
+                size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
+                if old_s != size_s:
+                    state.machines[state.pool_of[job.job_id]].resize(job.job_id, size_s, old_s)
+                    state.sizes_s[job.job_id] = size_s
 
-        for _, job_id in state.machine.advance_to(now_s):
-            if job_id in pending:
-                state.queue.append(job_id)
+        done: list[tuple[float, tuple[int, int, str], str]] = []
+        for machine in state.machines.values():
+            done.extend((t, id_sort_key(j), j) for t, j in machine.advance_to(now_s))
+        done.sort()
+        state.queue.extend(j for _, _, j in done if j in pending)
 
-        still_virtual = state.machine.active_ids()
+        if len(state.machines) == 1:
+            still_virtual = next(iter(state.machines.values())).active_ids()
+        else:
+            still_virtual = sorted(
+                (j for m in state.machines.values() for j in m.active_ids()),
+                key=lambda j: (state.machines[state.pool_of[j]].remaining_s(j) or 0.0, id_sort_key(j)),
+            )
         dispatchable = list(state.queue)
         if self.options.queue_order == "remaining":
             dispatchable += still_virtual
@@ -163,7 +200,14 @@ class ASRPTPolicy:
         accelerator, the next job end is the earliest moment a start is possible anyway."""
         if self.options.queue_order == "remaining" or accelerators_free <= 0:
             return math.inf
-        return state.machine.next_completion_s()
+        return min((m.next_completion_s() for m in state.machines.values()), default=math.inf)
+
+    def _pool(self, job: Job, snapshot: ClusterSnapshot, capacity_by_partition: dict[str, int]) -> tuple[str, int]:
+        """The virtual machine a job runs on, and its capacity G."""
+        if self.options.virtual_machine == "cluster":
+            return "", sum(capacity_by_partition.values())
+        allowed = sorted(p.name for p in snapshot.partitions if job.allows(p))
+        return ",".join(allowed), sum(capacity_by_partition.get(p, 0) for p in allowed)
 
     def _alpha_min_s(self, job: Job, snapshot: ClusterSnapshot, state: ASRPTState) -> float:
         cached = state.alpha_min_cache_s.get(job.job_id)

@@ -247,26 +247,37 @@ class TiresiasPolicy(OrderedPolicy):
                 state.attained_gpu_s[r.job.job_id] = state.attained_gpu_s.get(r.job.job_id, 0.0) + elapsed_s * r.job.accelerators
         state.last_now_s = now_s
         self.observe(snapshot, now_s, state)
-        capacity = sum(n.accelerators_total for n in snapshot.nodes)
+        budget: dict[str, int] = {}
+        for node in snapshot.nodes:
+            budget[node.partition] = budget.get(node.partition, 0) + node.accelerators_total
         everyone = [(self.key(r.job, snapshot, now_s, state), r.job, r) for r in snapshot.running]
         everyone += [
             (self.key(j, snapshot, now_s, state), j, None)
             for j in snapshot.pending
             if not math.isinf(self.alpha_min(j, snapshot, state))
         ]
-        everyone.sort(key=lambda item: item[0])
-        budget = capacity
-        wanted_pending = False
-        preempt: list[str] = []
+        everyone.sort(key=lambda item: (item[0], item[2] is None))
+        # Walk by priority, charging each job to a partition: running jobs to their own, waiting
+        # jobs to the allowed partition with the most room. A running job that no longer fits
+        # its partition's budget is preempted, but only where a waiting job was charged: freeing
+        # accelerators nobody above it can use would only churn.
+        wanted: set[str] = set()
+        displaced: list[tuple[str, str]] = []
         for _key, job, running in everyone:
-            fits = job.accelerators <= budget
-            if fits:
-                budget -= job.accelerators
-                wanted_pending = wanted_pending or running is None
-            elif running is not None:
-                preempt.append(job.job_id)
-        if not wanted_pending:
-            preempt = []
+            g = job.accelerators
+            if running is not None:
+                partition = running.placement.partition
+                if budget.get(partition, 0) >= g:
+                    budget[partition] -= g
+                else:
+                    displaced.append((job.job_id, partition))
+                continue
+            room = [(budget[p.name], p.name) for p in snapshot.partitions if job.allows(p) and budget.get(p.name, 0) >= g]
+            if room:
+                _, partition = max(room)
+                budget[partition] -= g
+                wanted.add(partition)
+        preempt = [job_id for job_id, partition in displaced if partition in wanted]
         if preempt:
             snapshot = _without_running(snapshot, set(preempt))
         decision = self.dispatch_queue(snapshot, now_s, state)
@@ -277,10 +288,8 @@ def _without_running(snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSna
     """The snapshot as it is once ``job_ids`` have been stopped and requeued."""
     freed: dict[str, int] = {}
     kept = []
-    requeued = []
     for r in snapshot.running:
         if r.job.job_id in job_ids:
-            requeued.append(r.job)
             for name, count in r.placement.node_counts.items():
                 freed[name] = freed.get(name, 0) + count
         else:

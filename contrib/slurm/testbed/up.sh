@@ -23,6 +23,9 @@
 #   --with-lua-plugin  enable JobSubmitPlugins=lua with contrib/slurm/job_submit.lua copied to
 #                      DIR/etc (ASRPT_TESTBED_LUA=FILE uses another file). No extra package:
 #                      Debian's slurm-wlm-basic-plugins already pulls in liblua5.1-0.
+#                      The copy's "local SPOOL_DIR = ..." line is rewritten to
+#                      DIR/spool-asrpt-plugin (root, 0700), where it writes one record per
+#                      submission; asrpt.toml's [spool] plugin_dir names it.
 #
 # Environment:
 #   ASRPT_TESTBED_PORT_BASE  slurmctld port; slurmd fallback = base+1, slurmdbd = base+2,
@@ -38,7 +41,7 @@
 #
 # Everything lives in DIR: etc/ (rendered configs), run/ (pid files, munge socket), log/
 # (daemon logs and log/jobcomp.log, one line per finished job), state/, spool/<node>/,
-# dev/<node>/ (fake GPU devices), munge/, mysql/, spool-asrpt/ and asrpt.toml (a daemon
+# dev/<node>/ (fake GPU devices), munge/, mysql/, spool-asrpt/, spool-asrpt-plugin/ and asrpt.toml (a daemon
 # configuration for this cluster). A re-run after down.sh starts a fresh cluster (job ids
 # from 1 again); the munge key and the database files are kept.
 # If anything fails, what this run started is stopped again (down.sh) and the exit status is 1.
@@ -84,6 +87,8 @@ LUA_SRC=""
 if [ "$WITH_LUA" = 1 ]; then
   LUA_SRC="${ASRPT_TESTBED_LUA:-$REPO/contrib/slurm/job_submit.lua}"
   [ -r "$LUA_SRC" ] || { log "--with-lua-plugin: no readable $LUA_SRC (set ASRPT_TESTBED_LUA=FILE)"; exit 1; }
+  # DIR is written into a Lua string and a sed replacement below.
+  case "$DIR_ARG" in *[\\\"\|\&\']*) log "--with-lua-plugin: DIR must not contain \\ \" | & or '"; exit 1 ;; esac
 fi
 
 mkdir -p "$DIR_ARG"
@@ -160,11 +165,13 @@ DB_PORT=$((BASE + 3))
 
 # ---- layout and configs ---------------------------------------------------------------------
 rm -rf "$DIR/state" "$DIR/spool" "$DIR/log"
-mkdir -p "$DIR"/{etc,run,log,state,spool,munge,dev,spool-asrpt}
+mkdir -p "$DIR"/{etc,run,log,state,spool,munge,dev,spool-asrpt,spool-asrpt-plugin}
 chmod 755 "$DIR" "$DIR"/{etc,run,log,spool,dev}
 chmod 700 "$DIR/munge" "$DIR/state"
 # The daemon's spool: sticky and world-writable like /tmp (the wrapper writes 0600 files).
 chmod 1777 "$DIR/spool-asrpt"
+# job_submit.lua's records: written by slurmctld (SlurmUser=root), read by the daemon only.
+chmod 700 "$DIR/spool-asrpt-plugin"
 rm -f "$SOCK" "$SOCK.lock" "$DIR/run/mysqld.sock"
 for n in $NODES; do mkdir -p "$DIR/spool/$n"; chmod 755 "$DIR/spool/$n"; done
 
@@ -310,7 +317,11 @@ if version_at_least 23.11; then
 else
   rm -f "$DIR/etc/cgroup.conf"
 fi
-if [ -n "$LUA_SRC" ]; then cp "$LUA_SRC" "$DIR/etc/job_submit.lua"; else rm -f "$DIR/etc/job_submit.lua"; fi
+if [ -n "$LUA_SRC" ]; then
+  sed "s|^local SPOOL_DIR = .*|local SPOOL_DIR = \"$DIR/spool-asrpt-plugin\"|" "$LUA_SRC" > "$DIR/etc/job_submit.lua"
+else
+  rm -f "$DIR/etc/job_submit.lua"
+fi
 chmod 644 "$DIR"/etc/*.conf "$DIR"/etc/*.lua 2>/dev/null || true
 [ "$WITH_DBD" = 1 ] && chmod 600 "$DIR/etc/slurmdbd.conf"
 
@@ -439,6 +450,8 @@ url = "sqlite:///$DIR/asrpt.db"
 
 [spool]
 dir = "$DIR/spool-asrpt"
+# job_submit.lua's records (up.sh --with-lua-plugin); "" = not read.
+plugin_dir = "$([ -n "$LUA_SRC" ] && echo "$DIR/spool-asrpt-plugin")"
 
 [wrapper]
 real_sbatch = "/usr/bin/sbatch"

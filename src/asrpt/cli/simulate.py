@@ -24,6 +24,8 @@ DISPATCH_MODES = ("strict", "backfill", "greedy")
 QUEUE_ORDERS = ("virtual_completion", "remaining")
 VIRTUAL_MACHINES = ("cluster", "pool")
 
+#: Jobs the demo replays by default: enough for the afternoon queue to form, quick to run.
+DEMO_JOBS = 1500
 DEMO_POLICIES = ("asrpt", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", "tiresias", "multifactor")
 
 
@@ -38,7 +40,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="replay the bundled PAI trace slice; no set-up needed")
     demo.add_argument("--plot", type=Path, default=Path("asrpt-demo.png"), help="where to write the JCT CDF plot")
     demo.add_argument("--json", type=Path, default=None, help="also write the comparison as JSON")
-    demo.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
+    demo.add_argument(
+        "--limit",
+        type=int,
+        default=DEMO_JOBS,
+        help=f"replay the first N jobs of the slice (default {DEMO_JOBS}; the slice holds 2,000 GPU jobs)",
+    )
     demo.set_defaults(func=run_demo)
 
 

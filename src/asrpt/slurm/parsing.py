@@ -221,7 +221,8 @@ def parse_gres(text: str | None) -> tuple[GresItem, ...]:
 
     ``gpu:a100:8``, ``gpu:a100:8(IDX:0-7),npu:0`` (used), ``gpu:a100:8(S:0-1)`` (sockets),
     ``npu(CNT:4)`` and ``npu:4`` (untyped), ``gres:gpu:a100:3`` (22.05 request),
-    ``gres/gpu:a100:3`` (24.11 request), ``gpu`` (count 1). ``""``, ``(null)`` and ``N/A``
+    ``gres/gpu:a100:3`` (24.11 request), ``gres/gpu=1`` and ``gres/gpu:a100=2`` (24.11's TRES
+    form, e.g. for ``--gpus-per-task``), ``gpu`` (count 1). ``""``, ``(null)`` and ``N/A``
     give ().
     """
     raw = text
@@ -232,6 +233,9 @@ def parse_gres(text: str | None) -> tuple[GresItem, ...]:
     for token in _split_gres(value, raw):
         if token.startswith(("gres:", "gres/")):
             token = token[5:]
+        if "=" in token and "(" not in token:
+            name_type, _, count_text = token.partition("=")
+            token = f"{name_type}:{count_text}"
         match = _GRES_ITEM_RE.match(token)
         if not match:
             raise malformed("GRES", raw, f"bad item {token!r}")

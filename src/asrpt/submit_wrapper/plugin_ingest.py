@@ -126,8 +126,9 @@ class PluginRecord:
     #: ``--array`` specification, or None.
     array: str | None = None
     het_job_offset: int | None = None
-    #: srun/salloc (no batch script).
-    interactive: bool = False
+    #: srun/salloc (no batch script); None for a heterogeneous batch job's later components
+    #: (only the first carries the script).
+    interactive: bool | None = False
     #: The priority the plugin's option set, or None.
     priority_set: int | None = None
     #: Length of the whole script in bytes (None without a script).
@@ -437,7 +438,7 @@ def parse_plugin_record(
         time_limit_unlimited=_flag(document, "time_limit_unlimited"),
         array=_text(document, "array", 1024),
         het_job_offset=_count(document, "het_job_offset"),
-        interactive=_flag(document, "interactive"),
+        interactive=_get(document, "interactive", bool),
         priority_set=_count(document, "priority_set"),
         script_bytes=script_bytes,
         script_poly_hash=script_hash,
@@ -493,23 +494,35 @@ def _id_key(job_id: str) -> tuple[int, str]:
 # ---- the history row ------------------------------------------------------------------------
 
 
+_TRES_ITEM_RE = re.compile(r"(?:gres[:/])?(?P<name>[A-Za-z0-9_.\-]+)(?::(?P<type>[^:=,]+?))??(?:[:=](?P<count>\d+))?")
+
+
+def parse_tres_request(text: str | None) -> list[tuple[str, str | None, int]]:
+    """(name, type, count) of each GRES in a request as job_desc holds it: ``gres:gpu:a100:2``
+    (22.05), ``gres/gpu:a100:2`` and ``gres/gpu=1`` (24.11's tres_per_task), ``gpu``
+    (count 1). Other TRES (``cpu=2``) and items that do not parse are skipped."""
+    items = []
+    for raw in (text or "").split(","):
+        raw = raw.strip()
+        if not raw.startswith(("gres:", "gres/")):
+            continue
+        match = _TRES_ITEM_RE.fullmatch(raw)
+        if match:
+            count = int(match.group("count")) if match.group("count") else 1
+            items.append((match.group("name"), match.group("type"), count))
+    return items
+
+
 def _accelerators(record: PluginRecord, job: Any, accelerator_gres: Sequence[str]) -> tuple[int | None, str | None]:
     """(total accelerators, type) from the record's TRES requests, like the backend's rule:
     per node x nodes, else per job, else per task x tasks."""
-    from asrpt.exceptions import SlurmOutputMalformed
-    from asrpt.slurm.parsing import parse_gres
-
     names = {name.lower() for name in accelerator_gres}
     nodes = record.min_nodes or (getattr(job, "node_count", None) if job is not None else None) or 1
     tasks = record.num_tasks or (getattr(job, "tasks", None) if job is not None else None) or 1
     for text, factor in ((record.tres_per_node, nodes), (record.tres_per_job, 1), (record.tres_per_task, tasks)):
-        try:
-            items = parse_gres(text)
-        except (ValueError, SlurmOutputMalformed):
-            continue
-        for item in items:
-            if item.name.lower() in names and item.count > 0:
-                return item.count * factor, item.type
+        for name, type_, count in parse_tres_request(text):
+            if name.lower() in names and count > 0:
+                return count * factor, type_
     return None, None
 
 

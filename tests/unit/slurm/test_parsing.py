@@ -420,3 +420,13 @@ def test_sacct_name_with_delimiter_and_garbage():
                 "1|root|gpu||2026-12-02T15:58:09|2026-12-02T15:58:10|2026-12-02T15:58:11|node1|0:0|1|n"):
         with pytest.raises(SlurmOutputMalformed):
             parse_sacct(bad)
+
+
+def test_gres_in_24_11_tres_form():
+    """24.11's squeue --json shows --gpus-per-task as ``gres/gpu=1``; one such job must not
+    make the whole poll malformed."""
+    from asrpt.slurm.parsing import parse_gres
+    from asrpt.slurm.records import GresItem
+
+    assert parse_gres("gres/gpu=1") == (GresItem("gpu", None, 1),)
+    assert parse_gres("gres/gpu:a100=2,gres/npu=4") == (GresItem("gpu", "a100", 2), GresItem("npu", None, 4))

@@ -227,6 +227,9 @@ def test_the_submission_record_carries_slurms_identity_and_the_scripts_features(
         ({"tres_per_node": "gres:npu:8", "min_nodes": 2}, (16, None)),
         ({"tres_per_node": None, "tres_per_job": "gres:gpu:5"}, (5, None)),
         ({"tres_per_node": None, "tres_per_task": "gres/gpu:1", "num_tasks": 4}, (4, None)),
+        ({"tres_per_node": None, "tres_per_task": "gres/gpu=1", "num_tasks": 4}, (4, None)),  # 24.11
+        ({"tres_per_node": "gres/gpu:a100=2", "min_nodes": None}, (2, "a100")),
+        ({"tres_per_node": "cpu=4,gres:gpu:1g.10gb:2", "min_nodes": 3}, (6, "1g.10gb")),
         ({"tres_per_node": "gres:license_x:2"}, (None, None)),
         ({"tres_per_node": "(null"}, (None, None)),
     ],
@@ -478,6 +481,16 @@ def test_lua_records_interactive_jobs_without_a_script(tmp_path):
     [record] = read_plugin_spool(spool_dir)
     assert record.interactive and record.script_text is None and record.time_limit_unlimited
     assert record.time_limit_s is None and record.asrpt_words == ()
+
+
+@needs_lua
+@needs_root
+def test_lua_marks_later_heterogeneous_components_as_unknown(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    run_plugin(tmp_path, spool_dir, script=None, het_job_offset=1)
+    run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), het_job_offset=0)
+    records = sorted(read_plugin_spool(spool_dir), key=lambda r: r.het_job_offset or 0)
+    assert [(r.het_job_offset, r.interactive) for r in records] == [(0, False), (1, None)]
 
 
 @needs_lua

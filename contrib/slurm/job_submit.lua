@@ -1,0 +1,382 @@
+--[[
+asrpt job_submit.lua: record every submission (sbatch, srun, salloc; wrapper or not) for asrptd.
+
+slurmctld runs slurm_job_submit() below for each new job, with the submitting uid it
+authenticated itself (no user can forge it) and the whole request, batch script included.
+For each submission this script
+
+  1. optionally (SET_PRIORITY, off by default) gives a job whose priority nobody set the
+     priority NEW_JOB_PRIORITY, below asrptd's band, so that a job submitted between two
+     scheduling cycles queues behind the jobs asrptd has ordered instead of overtaking them;
+  2. writes one JSON record into SPOOL_DIR, atomically (a hidden temp file, then os.rename);
+  3. puts "asrpt-rec:<token>" at the front of the job's AdminComment (keeping any text that
+     was there), the same token as in the record: asrptd reads AdminComment from squeue and
+     so learns exactly which Slurm job id a record belongs to (the id does not exist yet
+     while this script runs).
+
+It never rejects, delays or changes a submission because of its own trouble: every step runs
+inside pcall, a failure is logged with slurm.log_info (rate-limited) and slurm.SUCCESS is
+returned. The work is bounded: no subprocess, no network, no database, no waiting; at most
+HASH_LIMIT bytes of the script are hashed and SCRIPT_TEXT_LIMIT bytes copied, and at most
+HEADER_LINE_LIMIT lines are scanned for #ASRPT directives. slurm_job_modify passes through.
+
+Works with the Lua 5.1 of Debian's job_submit_lua.so (Slurm 22.05 and 24.11) and needs only
+Lua's standard io/os/string/math libraries; written so that Lua 5.2-5.4 run it unchanged.
+Install notes: contrib/slurm/README-job_submit.md. The daemon side:
+src/asrpt/submit_wrapper/plugin_ingest.py.
+
+Record (format "asrpt-plugin-submission", version 1), one file "<epoch>-<token>.json":
+  {"format":"asrpt-plugin-submission","version":1,"source":"plugin","plugin_version":"1",
+   "token":"<20 hex>","submit_time_s":<os.time()>,
+   "submit_uid":<uid slurmctld authenticated>,"uid":<job's user id>,"gid":<group id>,
+   "user":"alice"|null,"account":..,"name":..,"partition":"a,b"|null,"qos":..,"work_dir":..,
+   "tres_per_node":"gres:gpu:a100:2"|null,"tres_per_job":..,"tres_per_task":..,
+   "tres_per_socket":..,        -- 22.05 writes "gres:gpu:2", 24.11 "gres/gpu:2"
+   "min_nodes":N|null,"max_nodes":..,"num_tasks":..,"cpus_per_task":..,
+   "time_limit_min":N|null,"time_limit_unlimited":false,
+   "array":"0-9%2"|null,"het_job_offset":N|null,"interactive":false|true|null,
+   "priority_set":N|null,       -- what option 1 set, else null
+   "script":null | {"bytes":N,"hash_alg":"poly31x37","hash":"<16 hex>","hash_bytes":N,
+                    "text":"<first SCRIPT_TEXT_LIMIT bytes>","truncated":false},
+   "asrpt_directives":["model=llama-7b","parallel=2x1x4", ...]}
+Unset numbers (Slurm's NO_VAL) are null. Strings are the bytes Slurm has; JSON escapes only
+what JSON requires, so a script that is not UTF-8 stays byte-exact (the daemon decodes with
+surrogateescape). "script" is null for srun/salloc ("interactive" is true) and for the
+components after the first of a heterogeneous batch job ("interactive" is null: unknown).
+
+The script hash ("poly31x37", see poly31x37 below) covers the first "hash_bytes" bytes. It is
+a recurrence-group key, not a security boundary; when the record holds the whole script the
+daemon hashes the text with sha256 itself, as the wrapper does.
+--]]
+
+-- ---- settings ------------------------------------------------------------------------------
+-- Directory the records go to: a local file system, owned by SlurmUser (root here), mode 0700,
+-- created at install time (this script cannot create directories). asrptd reads it
+-- ([spool] plugin_dir). contrib/slurm/testbed/up.sh rewrites this line for its test-bed.
+local SPOOL_DIR = "/var/spool/asrpt-plugin"
+-- true: a job whose priority nobody set (not held, no --priority) starts at NEW_JOB_PRIORITY,
+-- below asrptd's band [slurm] priority_floor..priority_ceiling, until asrptd orders it.
+-- Must stay >= 1: priority 0 means held.
+local SET_PRIORITY = false
+local NEW_JOB_PRIORITY = 1
+-- Bytes of the batch script copied into the record, hashed, and scanned for #ASRPT lines.
+local SCRIPT_TEXT_LIMIT = 65536
+local HASH_LIMIT = 65536
+local HEADER_LINE_LIMIT = 1000
+-- false: do not look up the user name (a passwd lookup; the daemon resolves the uid itself).
+local RECORD_USER_NAME = true
+-- Seconds between two log lines about failures (the others are counted into the next line).
+local LOG_INTERVAL_S = 60
+
+-- ---- constants -----------------------------------------------------------------------------
+local FORMAT = "asrpt-plugin-submission"
+local FORMAT_VERSION = 1
+local PLUGIN_VERSION = "1"
+local TAG = "asrpt-rec:"
+local NO_VAL = 4294967294     -- Slurm's "not set" for 32-bit fields
+local INFINITE = 4294967295
+local NO_VAL16 = 65534
+local MAX_STRING = 4096       -- longest single string field recorded (the script aside)
+local MAX_WORDS = 256         -- #ASRPT words kept
+local MAX_WORD = 256
+
+local SUCCESS = (slurm and slurm.SUCCESS) or 0
+local floor, byte, sub, find, format = math.floor, string.byte, string.sub, string.find, string.format
+
+-- ---- logging (rate-limited) ----------------------------------------------------------------
+local last_log_s, suppressed = -1e18, 0
+
+local function note(message)
+  local now = os.time()
+  if now - last_log_s < LOG_INTERVAL_S then
+    suppressed = suppressed + 1
+    return
+  end
+  local text = "asrpt job_submit.lua: " .. tostring(message)
+  if suppressed > 0 then
+    text = text .. format(" (and %d more problems in the last %d s)", suppressed, now - last_log_s)
+  end
+  last_log_s, suppressed = now, 0
+  pcall(slurm.log_info, "%s", text)
+end
+
+-- ---- the script hash ("poly31x37") ----------------------------------------------------------
+-- Two polynomial hashes of the bytes b1..bn, h1 = sum(b_i * 31^(n-i)) mod 4294967291 and
+-- h2 = sum(b_i * 37^(n-i)) mod 4294967279 (the two largest primes below 2^32), as 8 + 8 hex digits.
+-- Lua 5.1 has only doubles: four bytes are folded per step (h * 31^4 + ... stays below 2^53,
+-- so every step is exact). About 0.07 us per byte here, 3.5 times faster than FNV-1a in
+-- double arithmetic; a recurrence-group key, not a security boundary.
+local P1, P2 = 4294967291, 4294967279
+local T32, T24 = 4294967296, 16777216
+
+local function poly31x37(s, n)
+  local h1, h2, i = 0, 0, 1
+  while i + 3 <= n do
+    local a, b, c, d = byte(s, i, i + 3)
+    h1 = (h1 * 923521 + a * 29791 + b * 961 + c * 31 + d) % P1
+    h2 = (h2 * 1874161 + a * 50653 + b * 1369 + c * 37 + d) % P2
+    i = i + 4
+  end
+  while i <= n do
+    local a = byte(s, i)
+    h1 = (h1 * 31 + a) % P1
+    h2 = (h2 * 37 + a) % P2
+    i = i + 1
+  end
+  return format("%08x%08x", h1, h2)
+end
+
+-- ---- JSON ----------------------------------------------------------------------------------
+local ESCAPES = {['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t'}
+for c = 0, 31 do
+  local ch = string.char(c)
+  if not ESCAPES[ch] then ESCAPES[ch] = format("\\u%04x", c) end
+end
+ESCAPES[string.char(127)] = "\\u007f"
+
+local function json_string(s)
+  return '"' .. (string.gsub(s, '[%c"\\]', ESCAPES)) .. '"'
+end
+
+local Raw = {}  -- marks an already encoded JSON value
+
+local function json(v)
+  local kind = type(v)
+  if v == nil then
+    return "null"
+  elseif kind == "boolean" then
+    return v and "true" or "false"
+  elseif kind == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return "null" end
+    if v == floor(v) and v > -9007199254740992 and v < 9007199254740992 then return format("%.0f", v) end
+    return format("%.17g", v)
+  elseif kind == "string" then
+    return json_string(v)
+  elseif kind == "table" and v[1] == Raw then
+    return v[2]
+  end
+  error("cannot encode a " .. kind)
+end
+
+-- fields: list of {key, value}; a nil value is written as null.
+local function json_object(fields)
+  local parts = {}
+  for i = 1, #fields do
+    parts[i] = json_string(fields[i][1]) .. ":" .. json(fields[i][2])
+  end
+  return {Raw, "{" .. table.concat(parts, ",") .. "}"}
+end
+
+local function json_array(values)
+  local parts = {}
+  for i = 1, #values do parts[i] = json(values[i]) end
+  return {Raw, "[" .. table.concat(parts, ",") .. "]"}
+end
+
+-- ---- job_desc values -----------------------------------------------------------------------
+local function text(v)
+  if type(v) ~= "string" or v == "" then return nil end
+  if #v > MAX_STRING then return sub(v, 1, MAX_STRING) end
+  return v
+end
+
+local function count32(v)  -- a uint32 field; NO_VAL/INFINITE -> nil
+  if type(v) ~= "number" or v >= NO_VAL or v < 0 then return nil end
+  return v
+end
+
+local function count16(v)  -- a uint16 field; NO_VAL16/INFINITE16 -> nil
+  if type(v) ~= "number" or v >= NO_VAL16 or v < 0 then return nil end
+  return v
+end
+
+local function field(job_desc, name)  -- a field some Slurm versions may lack: nil, never an error
+  local ok, value = pcall(function() return job_desc[name] end)
+  if ok then return value end
+  return nil
+end
+
+-- #ASRPT words of the script header, by sbatch's rules for #SBATCH: from column 0, before the
+-- first line that is neither blank nor a comment (the shebang is a comment line). Words are
+-- split at whitespace and end at an unquoted "#"; quoting is left to the daemon, which re-parses
+-- the script text when the record holds all of it.
+local SPACE = {[9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true}
+
+local function asrpt_words(script)
+  local words = {}
+  local n = #script
+  local limit = n < SCRIPT_TEXT_LIMIT and n or SCRIPT_TEXT_LIMIT
+  local pos, lines = 1, 0
+  while lines < HEADER_LINE_LIMIT do
+    local first = find(script, "%S", pos)  -- skips blank lines too
+    if not first or first > limit or byte(script, first) ~= 35 then break end  -- 35: "#"
+    local stop = find(script, "\n", first, true) or (n + 1)
+    lines = lines + 1
+    if (first == 1 or byte(script, first - 1) == 10) and sub(script, first, first + 5) == "#ASRPT"
+        and (first + 6 >= stop or SPACE[byte(script, first + 6)]) then
+      for word in string.gmatch(sub(script, first + 6, stop - 1), "%S+") do
+        if byte(word, 1) == 35 or #words >= MAX_WORDS then break end
+        words[#words + 1] = sub(word, 1, MAX_WORD)
+      end
+    end
+    pos = stop + 1
+  end
+  return words
+end
+
+-- ---- token ---------------------------------------------------------------------------------
+local counter = 0
+pcall(math.randomseed, floor(os.time() + (os.clock() * 1000000) % 1000000))
+
+-- 20 lowercase hex digits: 80 random bits from /dev/urandom; without it, time + counter + PRNG.
+local function new_token()
+  counter = counter + 1
+  local f = io.open("/dev/urandom", "rb")
+  if f then
+    local data = f:read(10)
+    f:close()
+    if data and #data == 10 then
+      return (string.gsub(data, ".", function(c) return format("%02x", byte(c)) end))
+    end
+  end
+  return format("%08x%06x%06x", os.time() % T32, counter % T24, math.random(0, T24 - 1))
+end
+
+-- ---- the record ----------------------------------------------------------------------------
+local function build_record(job_desc, submit_uid, token, now, priority_set)
+  local script = field(job_desc, "script")
+  local script_json, words = nil, {}
+  if type(script) == "string" then
+    local n = #script
+    local hashed = n < HASH_LIMIT and n or HASH_LIMIT
+    script_json = json_object({
+      {"bytes", n},
+      {"hash_alg", "poly31x37"},
+      {"hash", poly31x37(script, hashed)},
+      {"hash_bytes", hashed},
+      {"text", n > SCRIPT_TEXT_LIMIT and sub(script, 1, SCRIPT_TEXT_LIMIT) or script},
+      {"truncated", n > SCRIPT_TEXT_LIMIT},
+    })
+    words = asrpt_words(script)
+  end
+  local user = nil
+  if RECORD_USER_NAME then user = text(field(job_desc, "user_name")) end
+  local limit = field(job_desc, "time_limit")
+  local het = count32(field(job_desc, "het_job_offset"))
+  -- srun/salloc send no script; neither do the components after the first of a batch
+  -- heterogeneous job (only component 0 carries it), so for those it is unknown (null).
+  local interactive = type(script) ~= "string"
+  if interactive and het ~= nil and het > 0 then interactive = nil end
+  return json(json_object({
+    {"format", FORMAT},
+    {"version", FORMAT_VERSION},
+    {"source", "plugin"},
+    {"plugin_version", PLUGIN_VERSION},
+    {"token", token},
+    {"submit_time_s", now},
+    {"submit_uid", count32(submit_uid)},
+    {"uid", count32(field(job_desc, "user_id"))},
+    {"gid", count32(field(job_desc, "group_id"))},
+    {"user", user},
+    {"account", text(field(job_desc, "account"))},
+    {"name", text(field(job_desc, "name"))},
+    {"partition", text(field(job_desc, "partition"))},
+    {"qos", text(field(job_desc, "qos"))},
+    {"work_dir", text(field(job_desc, "work_dir"))},
+    -- "gres" is the pre-18.08 name of tres_per_node; both versions still answer to it.
+    {"tres_per_node", text(field(job_desc, "tres_per_node")) or text(field(job_desc, "gres"))},
+    {"tres_per_job", text(field(job_desc, "tres_per_job"))},
+    {"tres_per_task", text(field(job_desc, "tres_per_task"))},
+    {"tres_per_socket", text(field(job_desc, "tres_per_socket"))},
+    {"min_nodes", count32(field(job_desc, "min_nodes"))},
+    {"max_nodes", count32(field(job_desc, "max_nodes"))},
+    {"num_tasks", count32(field(job_desc, "num_tasks"))},
+    {"cpus_per_task", count16(field(job_desc, "cpus_per_task"))},
+    {"time_limit_min", count32(limit)},
+    {"time_limit_unlimited", limit == INFINITE},
+    {"array", text(field(job_desc, "array_inx"))},
+    {"het_job_offset", het},
+    {"interactive", interactive},
+    {"priority_set", priority_set},
+    {"script", script_json},
+    {"asrpt_directives", json_array(words)},
+  }))
+end
+
+local function write_record(token, now, payload)
+  local stem = SPOOL_DIR .. "/"
+  local temp = stem .. ".tmp-" .. token
+  local final = stem .. format("%.0f", now) .. "-" .. token .. ".json"
+  local f, open_error = io.open(temp, "wb")
+  if not f then return nil, "cannot create a record in " .. SPOOL_DIR .. ": " .. tostring(open_error) end
+  local written, write_error = f:write(payload)
+  local closed, close_error = f:close()
+  if not written or not closed then
+    os.remove(temp)
+    return nil, "cannot write " .. temp .. ": " .. tostring(write_error or close_error)
+  end
+  local renamed, rename_error = os.rename(temp, final)
+  if not renamed then
+    os.remove(temp)
+    return nil, "cannot rename " .. temp .. ": " .. tostring(rename_error)
+  end
+  return final
+end
+
+local function tag(job_desc, token)
+  local old = field(job_desc, "admin_comment")
+  if type(old) == "string" and old ~= "" then
+    job_desc.admin_comment = TAG .. token .. " " .. old
+  else
+    job_desc.admin_comment = TAG .. token
+  end
+end
+
+local function lower_priority(job_desc)
+  if not SET_PRIORITY or NEW_JOB_PRIORITY < 1 then return nil end
+  -- Held jobs have 0, an admin's --priority is a number: only "not set" is replaced.
+  if field(job_desc, "priority") ~= NO_VAL then return nil end
+  job_desc.priority = NEW_JOB_PRIORITY
+  return NEW_JOB_PRIORITY
+end
+
+-- ---- Slurm's entry points ------------------------------------------------------------------
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local ok, result = pcall(lower_priority, job_desc)
+  local priority_set = nil
+  if ok then priority_set = result else note("priority option failed: " .. tostring(result)) end
+
+  local token
+  ok, result = pcall(new_token)
+  if not ok then
+    note("no token: " .. tostring(result))
+    return SUCCESS
+  end
+  token = result
+
+  local now = os.time()
+  local payload
+  ok, result = pcall(build_record, job_desc, submit_uid, token, now, priority_set)
+  if not ok then
+    note("cannot build the record: " .. tostring(result))
+    return SUCCESS
+  end
+  payload = result
+
+  local path, problem
+  ok, path, problem = pcall(write_record, token, now, payload)
+  if not ok or not path then
+    note(ok and problem or ("writing the record failed: " .. tostring(path)))
+    return SUCCESS
+  end
+
+  ok, result = pcall(tag, job_desc, token)
+  if not ok then note("cannot set admin_comment: " .. tostring(result)) end
+  return SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return SUCCESS
+end
+
+return SUCCESS

@@ -6,11 +6,13 @@ than the biggest free node), put groups on nodes largest-first and best-fit, and
 group that fits nowhere by gluing it again under the space that is left. Its cost is the cut
 weight; its quality is alpha(x) from ``asrpt.core.comm``.
 
-Two additions of ours, both cheap, both measured in ``bench/bench_placement.py``: (1) besides
-the bytes order we also glue in the order alpha cares about (what a spanning collective costs
-per iteration; collectives too big to stay whole last), and (2) when the fewest nodes force a
-glued group apart we also try spreading whole groups over all free nodes. The candidate with
-the smallest alpha wins (then fewer nodes, then smaller cut).
+Two additions of ours, both measured in ``bench/bench_placement.py``: (1) besides the bytes
+order we also glue in the order alpha cares about (what a spanning collective costs per
+iteration; collectives too big to stay whole last) and in the remaining kind orders, stopping
+early once a candidate reaches the exact lower bound (``alpha_aware=False`` turns this off),
+and (2) when the fewest nodes force a glued group apart we also try spreading whole groups
+over all free nodes. The candidate with the smallest alpha wins (then the smaller cut, then
+fewer nodes).
 
 These functions run per pending job per scheduling event in an 80k-job replay, so the common
 cases never touch networkx: a job that fits on one node is placed best-fit in closed form, and
@@ -88,21 +90,26 @@ def _views(nodes: Sequence[Node]) -> dict[str, _PartitionView]:
     return views
 
 
-def heavy_edge_place(job: Job, nodes: Sequence[Node], partition: Partition, speed: SpeedTable) -> Placement | None:
+def heavy_edge_place(
+    job: Job, nodes: Sequence[Node], partition: Partition, speed: SpeedTable, *, alpha_aware: bool = True
+) -> Placement | None:
     """Heavy-Edge placement of ``job`` on the free accelerators of ``partition``'s nodes in ``nodes``.
 
     Gang: every worker gets an accelerator or the result is None (too few free accelerators).
     Nodes of other partitions are ignored; no node gets more workers than it has free. Whether
     the job *may* use the partition is the caller's business (see :func:`best_placement`).
-    Unknown workload class or accelerator: ``KeyError`` from the speed table.
+    ``alpha_aware=False`` glues in bytes order only (the paper's cut-minimising Heavy-Edge):
+    smaller cuts, sometimes a much larger alpha. Unknown workload class or accelerator:
+    ``KeyError`` from the speed table.
     """
     view = _views(nodes).get(partition.name)
     if view is None:
         return None
-    return _place(job, partition, speed, view)
+    return _place(job, partition, speed, view, alpha_aware)
 
 
-def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionView) -> Placement | None:
+def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionView,
+           alpha_aware: bool = True) -> Placement | None:
     """Heavy-Edge on the free nodes of ``view`` (one partition of one node tuple)."""
     g = job.accelerators
     if view.free_total < g:
@@ -125,24 +132,25 @@ def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionVi
         if total >= g:
             break
     c_s = speed.step_time_s(job.workload_class, partition.accelerator) / (job.parallel.pipeline * job.parallel.tensor)
-    best_key: tuple[float, int, float] | None = None
+    best_key: tuple[float, float, int] | None = None
     best_codes: list[int] = []
     best_nodes: Sequence[Node] = ()
-    # Glue order: heaviest bytes first (the classic Heavy-Edge), and, if different, the order
-    # alpha cares about (see _kind_orders). For each, the fewest nodes first; only if a glued
+    # Glue orders: heaviest bytes first (the classic Heavy-Edge), then, if alpha_aware, the
+    # other kind orders (see _kind_orders). For each, the fewest nodes first; only if a glued
     # group had to be split there, also spread whole groups best-fit over every free node.
-    # Keep the smallest alpha, then fewer nodes, then smaller cut.
+    # Keep the smallest alpha, then the smallest cut, then fewer nodes.
     # No placement on these nodes beats the exact ideal for nodes as large as the largest free
     # count: stop as soon as a candidate reaches it (usually the first one does).
     largest_free = ordered[0].accelerators_free
     floor_s = ideal_iteration_time_s(job, partition, largest_free, speed) * (1 + 1e-12)
-    for kinds in _kind_orders(shape, largest_free):
+    orders = _kind_orders(shape, largest_free)
+    for kinds in orders if alpha_aware else orders[:1]:
         edges = _edges_in_order(shape, kinds)
         glued = _coarsen(shape, range(shape.workers), largest_free, edges)
         for chosen in (ordered[:count], ordered):
             codes, split = _heavy_edge_codes(shape, [n.accelerators_free for n in chosen], edges, glued)
             alpha = _alpha_from_codes(c_s, shape, codes, partition.intra_node_gbps, partition.inter_node_gbps)
-            key = (alpha, len(set(codes)), _cut_from_codes(shape, codes))
+            key = (alpha, _cut_from_codes(shape, codes), len(set(codes)))
             if best_key is None or key < best_key:
                 best_key, best_codes, best_nodes = key, codes, chosen
             if not split or count == len(ordered):
@@ -155,7 +163,7 @@ def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionVi
         partition=partition.name,
         worker_nodes=tuple(best_nodes[c].name for c in best_codes),
         iteration_time_s=best_key[0],
-        cut_gb=best_key[2],
+        cut_gb=best_key[1],
     )
 
 
@@ -258,12 +266,13 @@ def _heavy_edge_codes(shape: JobShape, capacities: Sequence[int], edges: Sequenc
 
 
 def best_placement(
-    job: Job, nodes: Sequence[Node], partitions: Sequence[Partition], speed: SpeedTable
+    job: Job, nodes: Sequence[Node], partitions: Sequence[Partition], speed: SpeedTable, *, alpha_aware: bool = True
 ) -> Placement | None:
     """The Heavy-Edge placement with the smallest alpha over the partitions ``job`` may use.
 
     Partitions whose accelerator the speed table does not know are skipped. Ties go to fewer
     nodes, then the partition name. None when no allowed partition has room now.
+    ``alpha_aware`` as in :func:`heavy_edge_place`.
     """
     views = _views(nodes)
     g = job.accelerators
@@ -282,7 +291,7 @@ def best_placement(
     for lower_bound, _, partition, view in candidates:
         if best_key is not None and lower_bound > best_key[0]:
             break
-        placement = _place(job, partition, speed, view)
+        placement = _place(job, partition, speed, view, alpha_aware)
         if placement is None:
             continue
         key = (placement.iteration_time_s, len(set(placement.worker_nodes)), partition.name)

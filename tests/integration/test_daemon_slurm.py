@@ -59,6 +59,10 @@ def test_cycle_orders_by_predicted_work_and_slurm_follows(cluster, tmp_path):
     jobs = _jobs(cluster)
     assert jobs[short_job].priority > jobs[long_job].priority > 4294901759
     assert "eta start" in jobs[short_job].admin_comment
+    # The same forecast is stored for `asrpt queue/eta/explain`, in the policy's order.
+    stored = {f.slurm_job_id: f for f in daemon.repository.latest_forecasts()}
+    assert stored[short_job].position < stored[long_job].position
+    assert stored[short_job].job_name == "short" and stored[fillers[0]].running
     assert daemon.repository.load_state("policy:asrpt") is not None
 
     # Free one node: Slurm must start the short job first, even though it was submitted later.

@@ -103,7 +103,7 @@ def run_db_prune(args: argparse.Namespace) -> int:
         return 1
     print(
         f"{display_url(url)}: deleted {result.submissions} submissions, "
-        f"{result.outcomes} outcomes, {result.predictions} predictions "
-        f"older than {args.older_than_days:g} days"
+        f"{result.outcomes} outcomes, {result.predictions} predictions, "
+        f"{result.forecasts} forecasts older than {args.older_than_days:g} days"
     )
     return 0

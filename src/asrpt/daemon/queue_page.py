@@ -19,7 +19,8 @@ h1 { font-size: 1.3em; margin: 0 0 .3em; }
 #status.error { color: #b00; }
 label { margin-right: 1em; }
 svg { display: block; margin-top: .6em; }
-.lane:nth-child(even) { fill: #f4f6f8; }
+.lane { fill: #fff; }
+.lane.alt { fill: #eef1f5; }
 .run { fill: #2f7d32; }
 .pend { fill: #4a78c2; }
 .held { fill: #d08a1c; }
@@ -74,6 +75,9 @@ function draw(q) {
   const scale = (WIDTH - LABEL - 10) / (t1 - t0);
   const x = t => LABEL + (Math.max(t, t0) - t0) * scale;
   svg.setAttribute("height", TOP + jobs.length * ROW + 10);
+  jobs.forEach((j, i) => {
+    svg.appendChild(node("rect", {class: i % 2 ? "lane alt" : "lane", x: 0, y: TOP + i * ROW, width: WIDTH, height: ROW}));
+  });
   let step = STEPS.find(s => (t1 - t0) / s <= 8) || STEPS[STEPS.length - 1];
   for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
     svg.appendChild(node("line", {class: "axis", x1: x(t), x2: x(t), y1: TOP - 4, y2: TOP + jobs.length * ROW}));
@@ -84,7 +88,6 @@ function draw(q) {
   jobs.forEach((j, i) => {
     const y = TOP + i * ROW;
     const g = node("g", {class: "job", "data-job": j.job_id});
-    g.appendChild(node("rect", {class: "lane", x: 0, y: y, width: WIDTH, height: ROW}));
     const name = (j.name || "").slice(0, 16);
     const pos = j.position === null ? " R " : String(j.position).padStart(3);
     g.appendChild(node("text", {class: "label", x: 4, y: y + 15},

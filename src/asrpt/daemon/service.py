@@ -172,7 +172,8 @@ class Daemon:
         snapshot = self.loop.last_snapshot
         if snapshot is None:
             return 0
-        if self._pending_forecast is None or self._pending_forecast[0] is not decision:
+        made = getattr(self, "_pending_forecast", None)
+        if made is None or made[0] is not decision:  # no AdminComment asked for it this cycle
             self._pending_forecast = (decision, 0.0)
             self.stats.forecasts = self._forecast()
         slurm_jobs = getattr(self.backend, "jobs", None) or {}

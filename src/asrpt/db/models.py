@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -170,6 +171,62 @@ class SchedulerState(Base):
     key: Mapped[str] = mapped_column(String(128), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class Forecast(Base):
+    """The daemon's forecast of one job: the latest, and the first (kept for accuracy).
+
+    One row per Slurm job. Every cycle overwrites the row of each job it scheduled and clears
+    ``current`` on the rows of jobs that left the queue, so ``current`` rows are the queue as
+    the last cycle saw it (what ``asrpt queue`` shows). Rows of jobs that left stay, with
+    their last forecast and the ``first_*`` one made when the daemon first saw the job, so
+    forecast accuracy can be measured against the outcome; ``asrpt db prune`` deletes them.
+    Everything ``asrpt queue/eta/explain`` shows is here (user and job name included), so
+    those commands read one table. A predicted time is NULL when the forecast cannot place
+    the job (no partition it allows can ever hold it).
+    """
+
+    __tablename__ = "forecasts"
+    __table_args__ = (
+        Index("ix_forecasts_current_position", "current", "position"),
+        Index("ix_forecasts_user_name", "user_name"),
+        Index("ix_forecasts_made_at", "made_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    slurm_job_id: Mapped[str] = mapped_column(String(64), unique=True)
+    #: When the cycle that made this forecast ran.
+    made_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    #: Whether the job was in the queue at the last cycle.
+    current: Mapped[bool] = mapped_column(Boolean)
+    #: The policy that ordered the queue ("asrpt", "multifactor", ...).
+    policy: Mapped[str] = mapped_column(String(64))
+    running: Mapped[bool] = mapped_column(Boolean)
+    #: Held by asrpt (communication-heavy wait for a consolidated placement).
+    held: Mapped[bool] = mapped_column(Boolean)
+    #: 1-based place in the policy's order of pending jobs; NULL for running jobs.
+    position: Mapped[int | None] = mapped_column(Integer)
+    predicted_start: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    predicted_end: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    user_name: Mapped[str] = mapped_column(String(128))
+    job_name: Mapped[str | None] = mapped_column(String(256))
+    #: Where it runs, or where the forecast starts it.
+    partition: Mapped[str | None] = mapped_column(String(128))
+    #: Partitions the job allows, comma-separated.
+    partitions: Mapped[str | None] = mapped_column(String(512))
+    accelerators: Mapped[int] = mapped_column(Integer)
+    #: The iterations the policy ranked the job by (0: unseen, it goes first).
+    predicted_iterations: Mapped[float | None] = mapped_column(Float)
+    #: The iterations the forecast assumed (a predicted 0 runs to its time limit there).
+    expected_iterations: Mapped[float | None] = mapped_column(Float)
+    #: A-SRPT's virtual single machine: remaining and total virtual work, seconds.
+    virtual_remaining_s: Mapped[float | None] = mapped_column(Float)
+    virtual_size_s: Mapped[float | None] = mapped_column(Float)
+    #: Why the job sits where it does, in the policy's words.
+    reason: Mapped[str | None] = mapped_column(Text)
+    first_made_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    first_predicted_start: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    first_predicted_end: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 #: Alembic's target metadata.

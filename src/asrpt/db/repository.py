@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.orm import Session
 
-from asrpt.db.models import SOURCES, JobOutcome, Prediction, SchedulerState, Submission
+from asrpt.db.models import SOURCES, Forecast, JobOutcome, Prediction, SchedulerState, Submission
 from asrpt.db.session import make_engine, make_sessionmaker, translate_errors
 from asrpt.exceptions import UnknownJob
 
@@ -184,6 +185,81 @@ class PruneResult:
     submissions: int
     outcomes: int
     predictions: int
+    forecasts: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForecastRecord:
+    """One job's forecast as a daemon cycle made it: what ``asrpt queue/eta/explain`` show."""
+
+    slurm_job_id: str
+    user: str
+    #: The policy that ordered the queue.
+    policy: str
+    running: bool
+    accelerators: int
+    #: Predicted start and end, epoch seconds; None (or infinite) when the forecast cannot
+    #: place the job. A running job's start is its real start.
+    predicted_start_s: float | None
+    predicted_end_s: float | None
+    #: 1-based place in the policy's order of pending jobs; None for running jobs.
+    position: int | None = None
+    #: Held by asrpt for a consolidated placement (communication-heavy).
+    held: bool = False
+    job_name: str | None = None
+    #: Where it runs, or where the forecast starts it.
+    partition: str | None = None
+    #: Partitions the job allows.
+    partitions: tuple[str, ...] = ()
+    #: Iterations the policy ranked the job by (0 for an unseen job under the paper's rule).
+    predicted_iterations: float | None = None
+    #: Iterations the forecast assumed the job runs.
+    expected_iterations: float | None = None
+    #: A-SRPT's virtual single machine: remaining and total virtual work, seconds (None for
+    #: other policies and running jobs).
+    virtual_remaining_s: float | None = None
+    virtual_size_s: float | None = None
+    #: Why the job sits where it does, in the policy's words.
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredForecast(ForecastRecord):
+    """A forecast as stored: the latest, when it was made, and the job's first one."""
+
+    made_at_s: float
+    #: Whether the job was in the queue at the last cycle.
+    current: bool
+    first_made_at_s: float
+    first_predicted_start_s: float | None
+    first_predicted_end_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """Finished past runs matching a group or user (what a prediction could learn from)."""
+
+    count: int
+    median_iterations: float | None
+    median_run_time_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracySummary:
+    """How right recent predictions were, over the most recent finished jobs.
+
+    Iteration error: each job's first prediction against the iterations recorded when it
+    ended, in percent of the latter. Start/end error: the first forecast (made when the
+    daemon first saw the job) against the recorded start and end, in seconds.
+    """
+
+    finished_jobs: int
+    median_abs_pct_iterations_error: float | None
+    iterations_samples: int
+    median_abs_start_error_s: float | None
+    start_samples: int
+    median_abs_end_error_s: float | None
+    end_samples: int
 
 
 def _rank(source: str) -> int:
@@ -433,6 +509,209 @@ class HistoryRepository:
             row = session.get(SchedulerState, key)
             return default if row is None else row.value
 
+    # -- forecasts ---------------------------------------------------------------------
+
+    def record_forecasts(self, made_at_s: float, rows: Iterable[ForecastRecord]) -> int:
+        """Store one cycle's forecasts; returns the number of rows written.
+
+        Each job keeps one row: this cycle's forecast replaces the previous one, the first
+        forecast ever made for the job is kept next to it, and every job not in ``rows``
+        stops being current (it left the queue). Call it with no rows when the queue is empty.
+        """
+        made_at = to_datetime(made_at_s)
+        wanted = {row.slurm_job_id: row for row in rows}
+        with self._transaction() as session:
+            existing: dict[str, Forecast] = {}
+            for chunk in _chunks(list(wanted), 500):
+                for stored in session.scalars(select(Forecast).where(Forecast.slurm_job_id.in_(chunk))):
+                    existing[stored.slurm_job_id] = stored
+            for job_id, row in wanted.items():
+                start = _finite_datetime(row.predicted_start_s)
+                end = _finite_datetime(row.predicted_end_s)
+                stored = existing.get(job_id)
+                if stored is None:
+                    stored = Forecast(
+                        slurm_job_id=job_id,
+                        first_made_at=made_at,
+                        first_predicted_start=start,
+                        first_predicted_end=end,
+                    )
+                    session.add(stored)
+                stored.made_at = made_at
+                stored.current = True
+                stored.policy = row.policy
+                stored.running = row.running
+                stored.held = row.held
+                stored.position = row.position
+                stored.predicted_start = start
+                stored.predicted_end = end
+                stored.user_name = row.user
+                stored.job_name = row.job_name
+                stored.partition = row.partition
+                stored.partitions = ",".join(row.partitions) if row.partitions else None
+                stored.accelerators = row.accelerators
+                stored.predicted_iterations = _finite(row.predicted_iterations)
+                stored.expected_iterations = _finite(row.expected_iterations)
+                stored.virtual_remaining_s = _finite(row.virtual_remaining_s)
+                stored.virtual_size_s = _finite(row.virtual_size_s)
+                stored.reason = row.reason
+            session.flush()
+            session.execute(
+                update(Forecast)
+                .where(Forecast.current.is_(True), Forecast.made_at != made_at)
+                .values(current=False)
+            )
+        return len(wanted)
+
+    def latest_forecasts(
+        self,
+        user: str | Collection[str] | None = None,
+        partition: str | Collection[str] | None = None,
+    ) -> list[StoredForecast]:
+        """The queue as the last cycle saw it, in scheduling order: running jobs (soonest end
+        first), then pending jobs by their place in the policy's order.
+
+        ``user`` and ``partition`` filter (a name, a comma-separated list or a collection); a
+        job matches a partition it runs or is predicted to start in, or one it allows.
+        """
+        query = select(Forecast).where(Forecast.current.is_(True))
+        users = _names(user)
+        if users:
+            query = query.where(Forecast.user_name.in_(users))
+        with self._transaction() as session:
+            rows = [_stored_forecast(f) for f in session.scalars(query)]
+        parts = set(_names(partition))
+        if parts:
+            rows = [f for f in rows if f.partition in parts or parts.intersection(f.partitions)]
+        return sorted(rows, key=_queue_order)
+
+    def forecast_for(self, slurm_job_id: str) -> StoredForecast | None:
+        """The job's latest forecast (``current`` says whether it is still queued), or None."""
+        with self._transaction() as session:
+            row = session.scalars(select(Forecast).where(Forecast.slurm_job_id == slurm_job_id)).one_or_none()
+            return None if row is None else _stored_forecast(row)
+
+    def predictions_of(self, slurm_job_id: str) -> list[PredictionRecord]:
+        """Every prediction made for the job, oldest first (a raised one follows the first)."""
+        query = (
+            select(Prediction)
+            .join(Submission, Prediction.submission_id == Submission.id)
+            .where(Submission.slurm_job_id == slurm_job_id)
+            .order_by(Prediction.made_at, Prediction.id)
+        )
+        with self._transaction() as session:
+            return [
+                PredictionRecord(
+                    slurm_job_id=slurm_job_id,
+                    predicted_iterations=p.predicted_iterations,
+                    model_version=p.model_version,
+                    made_at_s=to_epoch_s(p.made_at),
+                )
+                for p in session.scalars(query)
+            ]
+
+    def finished_runs(
+        self,
+        *,
+        group: str | None = None,
+        user: str | None = None,
+        ended_before_s: float | None = None,
+    ) -> RunSummary:
+        """Finished runs of a recurrence group (the explicit group, else the script hash) or of
+        a user, that ended before ``ended_before_s``: the history a prediction rests on."""
+        if group is None and user is None:
+            raise ValueError("finished_runs needs a group or a user")
+        query = (
+            select(JobOutcome.iterations, JobOutcome.start_time, JobOutcome.end_time)
+            .join(Submission, JobOutcome.submission_id == Submission.id)
+            .where(JobOutcome.end_time.is_not(None))
+        )
+        if group is not None:
+            query = query.where(
+                or_(
+                    Submission.recurrence_group == group,
+                    and_(Submission.recurrence_group.is_(None), Submission.script_hash == group),
+                )
+            )
+        if user is not None:
+            query = query.where(Submission.user_name == user)
+        if ended_before_s is not None:
+            query = query.where(JobOutcome.end_time < to_datetime(ended_before_s))
+        with self._transaction() as session:
+            found = session.execute(query).all()
+        iterations = [float(n) for n, _, _ in found if n is not None]
+        run_times = [to_epoch_s(e) - to_epoch_s(s) for _, s, e in found if s is not None and e is not None]
+        return RunSummary(
+            count=len(found),
+            median_iterations=statistics.median(iterations) if iterations else None,
+            median_run_time_s=statistics.median(run_times) if run_times else None,
+        )
+
+    def recent_accuracy(self, *, limit: int = 200) -> AccuracySummary:
+        """Prediction and forecast error over the ``limit`` most recently ended jobs."""
+        if limit <= 0:
+            raise ValueError(f"limit must be positive, got {limit!r}")
+        recent = (
+            select(Submission.id, Submission.slurm_job_id, JobOutcome)
+            .join(JobOutcome, JobOutcome.submission_id == Submission.id)
+            .where(JobOutcome.end_time.is_not(None))
+            .order_by(JobOutcome.end_time.desc(), JobOutcome.id.desc())
+            .limit(limit)
+        )
+        with self._transaction() as session:
+            finished = session.execute(recent).all()
+            ids = [submission_id for submission_id, _, _ in finished]
+            job_ids = [job_id for _, job_id, _ in finished]
+            first_prediction: dict[int, float] = {}
+            forecasts: dict[str, Forecast] = {}
+            if ids:
+                ranked = (
+                    select(
+                        Prediction.submission_id,
+                        Prediction.predicted_iterations,
+                        func.row_number()
+                        .over(partition_by=Prediction.submission_id, order_by=(Prediction.made_at, Prediction.id))
+                        .label("position"),
+                    )
+                    .where(Prediction.submission_id.in_(ids), Prediction.model_version != "raised")
+                    .subquery()
+                )
+                for submission_id, iterations in session.execute(
+                    select(ranked.c.submission_id, ranked.c.predicted_iterations).where(ranked.c.position == 1)
+                ):
+                    first_prediction[submission_id] = iterations
+                forecasts = {
+                    f.slurm_job_id: f
+                    for f in session.scalars(select(Forecast).where(Forecast.slurm_job_id.in_(job_ids)))
+                }
+            iteration_errors: list[float] = []
+            start_errors: list[float] = []
+            end_errors: list[float] = []
+            for submission_id, job_id, outcome in finished:
+                predicted = first_prediction.get(submission_id)
+                if predicted is not None and outcome.iterations:
+                    iteration_errors.append(abs(predicted - outcome.iterations) / outcome.iterations * 100.0)
+                forecast = forecasts.get(job_id)
+                if forecast is None:
+                    continue
+                if forecast.first_predicted_start is not None and outcome.start_time is not None:
+                    start_errors.append(abs(to_epoch_s(forecast.first_predicted_start) - to_epoch_s(outcome.start_time)))
+                if forecast.first_predicted_end is not None and outcome.end_time is not None:
+                    end_errors.append(abs(to_epoch_s(forecast.first_predicted_end) - to_epoch_s(outcome.end_time)))
+
+        def median(values: list[float]) -> float | None:
+            return statistics.median(values) if values else None
+
+        return AccuracySummary(
+            finished_jobs=len(finished),
+            median_abs_pct_iterations_error=median(iteration_errors),
+            iterations_samples=len(iteration_errors),
+            median_abs_start_error_s=median(start_errors),
+            start_samples=len(start_errors),
+            median_abs_end_error_s=median(end_errors),
+            end_samples=len(end_errors),
+        )
+
     # -- retention ---------------------------------------------------------------------
 
     def prune_older_than(self, days: float, *, now_s: float | None = None) -> PruneResult:
@@ -467,10 +746,68 @@ class HistoryRepository:
             predictions += _rowcount(
                 session.execute(delete(Prediction).where(Prediction.made_at < cutoff))
             )
-            return PruneResult(submissions=submissions, outcomes=outcomes, predictions=predictions)
+            forecasts = _rowcount(
+                session.execute(
+                    delete(Forecast).where(Forecast.current.is_(False), Forecast.made_at < cutoff)
+                )
+            )
+            return PruneResult(
+                submissions=submissions, outcomes=outcomes, predictions=predictions, forecasts=forecasts
+            )
 
 
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _finite_datetime(epoch_s: float | None) -> datetime | None:
+    """A predicted time for the database; "never" (infinite) is stored as NULL."""
+    value = _finite(epoch_s)
+    return None if value is None else to_datetime(value)
+
+
+def _names(value: str | Collection[str] | None) -> list[str]:
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    return [item.strip() for item in items if item and item.strip()]
+
+
+def _queue_order(f: StoredForecast) -> tuple[Any, ...]:
+    if f.running:
+        return (0, f.predicted_end_s if f.predicted_end_s is not None else math.inf, f.slurm_job_id)
+    position = f.position if f.position is not None else math.inf
+    return (1, position, f.slurm_job_id)
+
+
+def _stored_forecast(f: Forecast) -> StoredForecast:
+    return StoredForecast(
+        slurm_job_id=f.slurm_job_id,
+        user=f.user_name,
+        policy=f.policy,
+        running=f.running,
+        accelerators=f.accelerators,
+        predicted_start_s=_optional_epoch(f.predicted_start),
+        predicted_end_s=_optional_epoch(f.predicted_end),
+        position=f.position,
+        held=f.held,
+        job_name=f.job_name,
+        partition=f.partition,
+        partitions=_split_partitions(f.partitions),
+        predicted_iterations=f.predicted_iterations,
+        expected_iterations=f.expected_iterations,
+        virtual_remaining_s=f.virtual_remaining_s,
+        virtual_size_s=f.virtual_size_s,
+        reason=f.reason,
+        made_at_s=to_epoch_s(f.made_at),
+        current=f.current,
+        first_made_at_s=to_epoch_s(f.first_made_at),
+        first_predicted_start_s=_optional_epoch(f.first_predicted_start),
+        first_predicted_end_s=_optional_epoch(f.first_predicted_end),
+    )
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from asrpt.core.model import ClusterSnapshot, Job, Node, RunningJob
+from asrpt.core.placement import alpha_min_s
 from asrpt.core.policies.base import Policy, PolicyState
+from asrpt.core.speed import SpeedTable
 from asrpt.sim.cluster import JobRecord
 from asrpt.sim.engine import SimulationStuck, simulate
 
@@ -23,6 +25,8 @@ class JobForecast:
     start_s: float
     end_s: float
     running: bool
+    #: Where the job runs, or where the forecast starts it; None when it cannot be placed.
+    partition: str | None = None
 
 
 class _AsGiven:
@@ -36,6 +40,50 @@ class _AsGiven:
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
         return snapshot
+
+
+#: What a forecast assumes a job without a prediction or a time limit runs, seconds.
+UNPREDICTED_RUN_S = 3600.0
+
+
+def iterations_for_s(job: Job, snapshot: ClusterSnapshot, speed: SpeedTable, run_s: float,
+                     cache: dict[str, float] | None = None) -> float:
+    """Iterations that take ``run_s`` at the job's best per-iteration time (alpha_min)."""
+    alpha_s = cache.get(job.job_id) if cache is not None else None
+    if alpha_s is None:
+        alpha_s = alpha_min_s(job, snapshot.partitions, snapshot.nodes, speed)
+        if cache is not None:
+            cache[job.job_id] = alpha_s
+    return run_s / alpha_s if alpha_s > 0 and not math.isinf(alpha_s) else 0.0
+
+
+def predicted_or_time_limit(snapshot: ClusterSnapshot, speed: SpeedTable,
+                            cache: dict[str, float] | None = None) -> Callable[[Job], float]:
+    """asrpt's belief: a job runs its predicted iterations; one predicted 0 (unseen: ranked
+    first) still runs for a while, so until its time limit (an hour without one). This is the
+    daemon's rule (``Daemon._expected_iterations``); the accuracy replay uses it too."""
+
+    def expected(job: Job) -> float:
+        n = job.predicted_iterations or 0.0
+        if n > 0:
+            return n
+        return iterations_for_s(job, snapshot, speed, job.time_limit_s or UNPREDICTED_RUN_S, cache)
+
+    return expected
+
+
+def time_limit_belief(snapshot: ClusterSnapshot, speed: SpeedTable,
+                      cache: dict[str, float] | None = None) -> Callable[[Job], float]:
+    """Slurm's belief: every job runs until its requested time limit (what backfill reserves
+    on and ``squeue --start`` reports). A job without a limit runs its prediction, or an hour."""
+    fallback = predicted_or_time_limit(snapshot, speed, cache)
+
+    def expected(job: Job) -> float:
+        if job.time_limit_s is None:
+            return fallback(job)
+        return iterations_for_s(job, snapshot, speed, job.time_limit_s, cache)
+
+    return expected
 
 
 def remaining_iterations(running: RunningJob, now_s: float, expected_iterations: float) -> float:
@@ -101,5 +149,6 @@ def forecast(
     for job_id, record in result.records.items():
         start_s = record.first_start_s if record.first_start_s is not None else math.inf
         end_s = record.end_s if record.end_s is not None else math.inf
-        out[job_id] = JobForecast(job_id, start_s, end_s, job_id in running_ids)
+        partition = record.partitions[0] if record.partitions else None
+        out[job_id] = JobForecast(job_id, start_s, end_s, job_id in running_ids, partition)
     return out

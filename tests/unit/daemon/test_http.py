@@ -1,0 +1,148 @@
+"""The daemon's read-only HTTP endpoint, on a real server on an ephemeral port."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from asrpt.daemon.http import parse_bind, spool_backlog, start_http_server
+from asrpt.exceptions import ConfigError
+
+
+@pytest.fixture
+def server(daemon):
+    assert daemon.cycle() is not None
+    running = start_http_server(daemon, "127.0.0.1:0")
+    yield running
+    running.shutdown()
+
+
+def request(server, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        connection.request(method, path)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_queue_and_eta_as_json(server, daemon) -> None:
+    status, headers, body = request(server, "GET", "/queue")
+    assert status == 200 and headers["content-type"] == "application/json"
+    queue = json.loads(body)
+    assert queue["policy"] == "asrpt" and queue["made_at_s"] == daemon.stats.forecast_made_at_s
+    jobs = queue["jobs"]
+    assert [j["job_id"] for j in jobs][0] == "100" and jobs[0]["state"] == "RUNNING"
+    assert [j["job_id"] for j in jobs if j["state"] == "PENDING"] == list(daemon.stats.last_decision.order)
+    for job in jobs:
+        assert set(job) >= {"job_id", "name", "user", "state", "position", "partition", "accelerators",
+                            "predicted_start", "predicted_end", "predicted_start_s", "predicted_end_s", "reason"}
+    status, _, body = request(server, "GET", "/queue?user=alice")
+    assert {j["user"] for j in json.loads(body)["jobs"]} == {"alice"}
+
+    status, _, body = request(server, "GET", "/eta/101")
+    eta = json.loads(body)
+    assert status == 200 and eta["job_id"] == "101" and eta["name"] == "resnet-8" and eta["predicted_end"].endswith("Z")
+    status, _, body = request(server, "GET", "/eta/999")
+    assert status == 404 and "999" in json.loads(body)["error"]
+    assert request(server, "GET", "/nope")[0] == 404
+    status, headers, body = request(server, "HEAD", "/queue")
+    assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+
+
+def test_everything_but_get_is_refused(server) -> None:
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS", "BREW"):
+        for path in ("/queue", "/eta/101", "/metrics", "/"):
+            status, headers, _ = request(server, method, path)
+            assert (status, headers["allow"]) == (405, "GET, HEAD"), (method, path)
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (NaN|[+-]Inf|-?[0-9.e+-]+)$')
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[str, float]]]:
+    """A strict reader of the text exposition format: every sample belongs to a declared metric."""
+    types: dict[str, str] = {}
+    samples: dict[str, list[tuple[str, float]]] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            assert kind in ("counter", "gauge", "summary", "histogram", "untyped"), line
+            types[name] = kind
+        elif line.startswith("# HELP ") or not line:
+            continue
+        else:
+            match = _SAMPLE.match(line)
+            assert match, f"not a Prometheus sample: {line!r}"
+            name = match.group(1)
+            assert name in types, f"{name} has no TYPE line"
+            if types[name] == "counter":
+                assert name.endswith("_total"), name
+            samples.setdefault(name, []).append((match.group(2) or "", float(match.group(4))))
+    return samples
+
+
+def test_metrics_parse_as_prometheus_text(server, daemon, tmp_path) -> None:
+    spool = daemon.config.spool.dir
+    for name in ("1.json", "2.json", ".tmp-3", "notes.txt"):
+        (tmp_path / "spool" / name).write_text("{}")
+    status, headers, body = request(server, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    metrics = parse_prometheus(body.decode())
+    assert metrics["asrpt_cycles_total"] == [("", 1.0)]
+    assert metrics["asrpt_cycle_failures_total"] == [("", 0.0)]
+    assert dict(metrics["asrpt_jobs"]) == {'{state="pending"}': 3.0, '{state="running"}': 1.0, '{state="held"}': 0.0}
+    assert metrics["asrpt_slurm_writes_total"] == [("", 2.0)]
+    assert metrics["asrpt_spool_backlog_files"] == [('{spool="wrapper"}', 2.0)]
+    assert spool_backlog(spool) == 2 and spool_backlog(str(tmp_path / "absent")) == 0
+    assert metrics["asrpt_cycle_duration_seconds"][0][1] > 0
+    assert {"asrpt_prediction_error_percent_median", "asrpt_eta_error_seconds_median", "asrpt_accuracy_samples"} <= set(metrics)
+
+
+def test_page_is_self_contained_with_a_strict_policy(server) -> None:
+    status, headers, body = request(server, "GET", "/")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    page = body.decode()
+    assert "<svg" in page and "fetch(\"queue\"" in page
+    assert not re.search(r"(src|href)=\"(https?:)?//", page), "no external assets"
+    csp = headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'sha256-" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+
+
+def test_bind_addresses() -> None:
+    assert parse_bind("8787") == ("127.0.0.1", 8787)
+    assert parse_bind(":8787") == ("127.0.0.1", 8787)
+    assert parse_bind("0.0.0.0:9000") == ("0.0.0.0", 9000)
+    assert parse_bind("[::1]:9000") == ("::1", 9000)
+    for bad in ("host:port", "[::1]9000", "70000"):
+        with pytest.raises(ConfigError):
+            parse_bind(bad)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package for a headless browser")
+def test_timeline_renders_in_headless_chromium(server, tmp_path) -> None:
+    """The page, run by a real browser under its own CSP, draws one bar per job with a start."""
+    completed = subprocess.run(
+        [
+            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", server.url + "/",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )
+    dom = completed.stdout
+    assert "<svg" in dom, completed.stderr[-2000:]
+    bars = re.findall(r'<rect class="bar (run|pend|held)" data-job="([^"]+)"', dom)
+    assert {job for _, job in bars} == {"100", "101", "102", "103"}
+    assert ("run", "100") in bars
+    status = re.search(r'<div id="status"[^>]*>([^<]*)<', dom)
+    assert status and status.group(1).startswith("4 of 4 jobs, policy asrpt"), status

@@ -47,11 +47,13 @@ class VirtualSRPT:
     runs, so only its remaining time changes while time advances.
     """
 
-    def __init__(self, clock_s: float = -_INF) -> None:
+    def __init__(self, clock_s: float = -_INF, *, keep_completed: bool = True) -> None:
         self.clock_s = clock_s
         self._heap: list[_Entry] = []
         self._entries: dict[str, _Entry] = {}
-        #: Virtual completions in order: (completion time, job id).
+        #: Virtual completions in order: (completion time, job id); only with ``keep_completed``
+        #: (a long-running daemon does not keep them: ``advance_to`` returns each batch).
+        self.keep_completed = keep_completed
         self.completed: list[tuple[float, str]] = []
         self._pending_arrivals: list[tuple[float, tuple[int, int, str], str, float]] = []
         self._arriving: set[str] = set()
@@ -121,7 +123,8 @@ class VirtualSRPT:
                 self._push(job_id, size, rel)
                 continue
             break
-        self.completed.extend(done)
+        if self.keep_completed:
+            self.completed.extend(done)
         return done
 
     def next_completion_s(self) -> float:
@@ -161,13 +164,14 @@ class VirtualSRPT:
             "clock_s": None if self.clock_s == -_INF else self.clock_s,
             "active": [[e[_ID], e[_REMAINING], e[_RELEASE]] for e in self._heap if e[_VALID]],
             "arrivals": [[jid, rel, size] for rel, _t, jid, size in self._pending_arrivals],
+            "keep_completed": self.keep_completed,
             "completed": [[t, jid] for t, jid in self.completed],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "VirtualSRPT":
         clock = data.get("clock_s")
-        machine = cls(-_INF if clock is None else float(clock))
+        machine = cls(-_INF if clock is None else float(clock), keep_completed=bool(data.get("keep_completed", True)))
         for job_id, remaining, release in data.get("active", []):
             machine._push(str(job_id), float(remaining), float(release))
         for job_id, release, size in data.get("arrivals", []):

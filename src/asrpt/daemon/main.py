@@ -108,7 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if daemon.config.daemon.http_bind:
         from asrpt.daemon.http import start_http_server
 
-        server = start_http_server(daemon, daemon.config.daemon.http_bind)
+        try:
+            server = start_http_server(daemon, daemon.config.daemon.http_bind)
+        except OSError as error:
+            print(f"asrptd: error: cannot serve HTTP on {daemon.config.daemon.http_bind}: {error}", file=sys.stderr)
+            return 2
 
     sd_notify("READY=1")
     log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)

@@ -28,7 +28,7 @@ from asrpt.daemon.model import DaemonPredictor
 from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
 from asrpt.exceptions import AsrptError
 from asrpt.loop import SchedulingLoop
-from asrpt.sim.forecast import JobForecast, forecast
+from asrpt.sim.forecast import JobForecast, forecast, predicted_or_time_limit
 from asrpt.slurm.cli_backend import SlurmCliBackend
 from asrpt.slurm.records import SlurmJob
 from asrpt.submit_wrapper import ingest, plugin_ingest
@@ -287,16 +287,8 @@ class Daemon:
             return {}
 
     def _expected_iterations(self, snapshot: Any):
-        def expected(job: Job) -> float:
-            n = job.predicted_iterations or 0.0
-            if n > 0:
-                return n
-            # Predicted 0 (unseen) still runs for a while: assume its time limit, or an hour.
-            alpha_s = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
-            limit_s = job.time_limit_s or 3600.0
-            return limit_s / alpha_s if alpha_s > 0 and not math.isinf(alpha_s) else 0.0
-
-        return expected
+        """What a forecast assumes each job runs: the one rule the accuracy replay uses too."""
+        return predicted_or_time_limit(snapshot, self.speed)
 
     def _ingest_spool(self, jobs: Mapping[str, SlurmJob]) -> int:
         """Store the wrapper's records whose owner Slurm confirms; others wait or are rejected.

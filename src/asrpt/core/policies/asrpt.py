@@ -68,7 +68,7 @@ class ASRPTState:
     @property
     def machine(self) -> VirtualSRPT:
         """The whole-cluster virtual machine (``virtual_machine = "cluster"``)."""
-        return self.machines.setdefault("", VirtualSRPT())
+        return self.machines.setdefault("", VirtualSRPT(keep_completed=False))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,7 +147,7 @@ class ASRPTPolicy:
                 size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
                 machine = state.machines.get(pool)
                 if machine is None:
-                    machine = state.machines[pool] = VirtualSRPT()
+                    machine = state.machines[pool] = VirtualSRPT(keep_completed=False)
                 machine.release(job.job_id, job.submit_time_s, size_s)
                 state.sizes_s[job.job_id] = size_s
                 state.pool_of[job.job_id] = pool

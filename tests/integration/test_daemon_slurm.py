@@ -123,3 +123,20 @@ def test_asrptd_once_runs_a_cycle_as_a_process(cluster, tmp_path):
     bad.write_text("[daemon]\nintervall_s = 3\n")
     result = subprocess.run([str(Path(sys.executable).with_name("asrptd")), "--config", str(bad), "--once"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown key 'intervall_s'" in result.stderr
+
+
+def test_dry_run_reads_and_decides_but_writes_nothing(cluster, tmp_path):
+    config = load_config(cluster.dir / "asrpt.toml", environ={})
+    url = f"sqlite:///{tmp_path}/dry.db"
+    config = dataclasses.replace(config, database=dataclasses.replace(config.database, url=url))
+    upgrade(url)
+    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:8", wrap="sleep 120") for node in ("node1", "node2")]
+    for job_id in fillers:
+        cluster.wait_state(job_id, "RUNNING")
+    waiting = [cluster.sbatch("-p", "a100", "--gres=gpu:a100:4", wrap="sleep 30") for _ in range(3)]
+    before = {j: (_jobs(cluster)[j].priority, _jobs(cluster)[j].admin_comment) for j in waiting}
+    daemon = Daemon(config, repository=HistoryRepository.from_url(url), dry_run=True)
+    decision = daemon.cycle()
+    assert decision is not None and set(waiting) <= set(decision.order)
+    assert daemon.backend.runner.suppressed, "a dry run still computes the writes it would make"
+    assert {j: (_jobs(cluster)[j].priority, _jobs(cluster)[j].admin_comment) for j in waiting} == before

@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("asrpt.cli.db_commands", "add_db_parser"),
         ("asrpt.cli.predict_commands", "add_predict_parser"),
         ("asrpt.cli.serving_commands", "add_serving_parser"),
+        ("asrpt.cli.bench_commands", "add_bench_parser"),
         ("asrpt.cli.queue_commands", "add_queue_parsers"),
     ):
         module = importlib.import_module(module_name)

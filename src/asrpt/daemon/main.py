@@ -37,7 +37,7 @@ def sd_notify(message: str) -> None:
         log.debug("sd_notify failed: %s", error)
 
 
-def build_daemon(config_path: str | None):
+def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.daemon.config import load_config
     from asrpt.daemon.service import Daemon
     from asrpt.db.migrate import upgrade
@@ -46,13 +46,18 @@ def build_daemon(config_path: str | None):
     config = load_config(config_path)
     upgrade(config.database.url)
     repository = HistoryRepository.from_url(config.database.url)
-    return Daemon(config, repository=repository)
+    return Daemon(config, repository=repository, dry_run=dry_run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="asrptd", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--config", default=None, help="configuration file (default $ASRPT_CONFIG or /etc/asrpt/asrpt.toml)")
     parser.add_argument("--once", action="store_true", help="run one sync + cycle and exit (for cron, tests, debugging)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read Slurm, decide, store decisions and forecasts, log what would be written; write nothing to Slurm",
+    )
     parser.add_argument("--log-level", default=os.environ.get("ASRPT_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
@@ -72,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
 
     try:
-        daemon = build_daemon(args.config)
+        daemon = build_daemon(args.config, dry_run=args.dry_run)
     except AsrptError as error:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ from asrpt.loop import SchedulingLoop
 from asrpt.sim.forecast import JobForecast, forecast, predicted_or_time_limit
 from asrpt.slurm.cli_backend import SlurmCliBackend
 from asrpt.slurm.records import SlurmJob
+from asrpt.slurm.runner import DryRunRunner
 from asrpt.submit_wrapper import ingest, plugin_ingest
 
 log = logging.getLogger(__name__)
@@ -110,13 +111,18 @@ class Daemon:
         backend: SlurmCliBackend | None = None,
         clock: Any = None,
         speed: SpeedTable | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.config = config
         self.repository = repository
         self.clock = clock or SystemClock()
         self.speed = speed_table_for(config, speed)
+        runner = None
+        if dry_run:
+            slurm = config.slurm
+            runner = DryRunRunner(slurm_conf=slurm.slurm_conf, bin_dir=slurm.bin_dir, timeout_s=slurm.timeout_s, retries=slurm.retries)
         self.backend = backend or SlurmCliBackend(
-            config.slurm, iteration_time_s=self._iteration_time_s, admin_comment=self._admin_comment
+            config.slurm, runner=runner, iteration_time_s=self._iteration_time_s, admin_comment=self._admin_comment
         )
         self.policy = make_policy(config.daemon.policy, self.speed, policy_options(config))
         self.predictor = DaemonPredictor(repository, unseen_policy=config.scheduler.unseen_policy)

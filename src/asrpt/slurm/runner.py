@@ -24,6 +24,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from asrpt.exceptions import SlurmOutputMalformed, SlurmUnreachable
 
@@ -242,3 +243,24 @@ def _text(value: bytes | str | None) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return value
+
+
+_WRITING_SUBCOMMANDS = frozenset({"update", "hold", "release", "requeue", "suspend", "resume"})
+
+
+class DryRunRunner(SlurmRunner):
+    """Reads Slurm as usual; every ``scontrol`` write is logged and reported as done, never
+    run (``asrptd --dry-run``: see what the daemon would change, change nothing)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        #: The writes that would have been made, in order.
+        self.suppressed: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], *, timeout_s: float | None = None) -> RunResult:
+        args = tuple(argv)
+        if args and Path(args[0]).name == "scontrol" and len(args) > 1 and args[1] in _WRITING_SUBCOMMANDS:
+            self.suppressed.append(args)
+            log.info("dry run, not writing: %s", " ".join(args))
+            return RunResult(argv=args, outcome=Outcome.OK, returncode=0, stdout="", stderr="", duration_s=0.0)
+        return super().run(argv, timeout_s=timeout_s)

@@ -1,0 +1,143 @@
+"""``asrpt bench cycle``: the daemon's decide step on a large synthetic snapshot, timed.
+
+It builds a cluster of ``--nodes`` 8-accelerator nodes over three accelerator types, keeps
+``--running`` jobs on them and ``--pending`` jobs waiting, then measures (median of
+``--repeat`` runs): a whole first ``decide`` from a fresh policy state (``cycle_s``, the worst
+case: every job is new), the iteration predictor on the pending jobs (``predict_s``), the
+virtual SRPT alone (``srpt_s``) and Heavy-Edge placement of every pending job alone
+(``placement_s``). Performance is measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from typing import Any, Callable
+
+
+def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks of the hot paths")
+    commands = bench.add_subparsers(dest="bench_command", metavar="COMMAND", required=True)
+    cycle = commands.add_parser("cycle", help="time the decide step on a synthetic snapshot")
+    cycle.add_argument("--pending", type=int, default=10000)
+    cycle.add_argument("--running", type=int, default=1000)
+    cycle.add_argument("--nodes", type=int, default=1000)
+    cycle.add_argument("--repeat", type=int, default=3)
+    cycle.add_argument("--policy", default="asrpt")
+    cycle.add_argument("--seed", type=int, default=0)
+    cycle.add_argument("--json", action="store_true", help="print JSON only")
+    cycle.set_defaults(func=run_bench_cycle)
+
+
+def synthetic_snapshot(pending: int, running: int, nodes: int, seed: int, speed: Any) -> Any:
+    """A busy heterogeneous cluster: running jobs fill nodes first-fit, the rest waits."""
+    from asrpt.core.model import ClusterSnapshot, Job, Node, ParallelConfig, Partition, Placement, RunningJob
+
+    rng = random.Random(seed)
+    types = ("a100", "v100", "t4")
+    partitions = tuple(Partition(name=t, accelerator=t) for t in types)
+    free = {f"{types[i % 3]}-{i:05d}": 8 for i in range(nodes)}
+    node_partition = {name: name.split("-")[0] for name in free}
+    classes = speed.workload_classes
+    layouts = [(1, 1, 1)] * 6 + [(2, 1, 1), (4, 1, 1), (1, 1, 4), (2, 1, 4), (8, 1, 1), (2, 2, 4)]
+
+    def job(job_id: int) -> Job:
+        d, p, t = rng.choice(layouts)
+        restrict = () if rng.random() < 0.5 else (rng.choice(types),)
+        return Job(
+            job_id=str(job_id),
+            submit_time_s=rng.uniform(0, 86400),
+            parallel=ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=4 if p > 1 else 1),
+            workload_class=rng.choice(classes),
+            user=f"u{rng.randrange(200)}",
+            group=f"g{rng.randrange(2000)}",
+            allowed_accelerators=restrict,
+            predicted_iterations=rng.lognormvariate(8, 2),
+            time_limit_s=rng.choice([3600.0, 86400.0, None]),
+        )
+
+    running_jobs = []
+    for i in range(running):
+        j = job(100000 + i)
+        for name in free:
+            if free[name] >= j.accelerators and j.allows(partitions[types.index(node_partition[name])]):
+                free[name] -= j.accelerators
+                placement = Placement(job_id=j.job_id, partition=node_partition[name], worker_nodes=(name,) * j.accelerators, iteration_time_s=0.5)
+                running_jobs.append(RunningJob(job=j, placement=placement, start_time_s=rng.uniform(0, 86400)))
+                break
+    node_list = tuple(
+        Node(name=name, partition=node_partition[name], accelerator=node_partition[name], accelerators_total=8, accelerators_free=f)
+        for name, f in free.items()
+    )
+    return ClusterSnapshot(partitions=partitions, nodes=node_list, pending=tuple(job(i) for i in range(pending)), running=tuple(running_jobs))
+
+
+def _median_s(repeat: int, work: Callable[[], object]) -> float:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        work()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def run_bench_cycle(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from asrpt.core.placement import alpha_min_s, best_placement
+    from asrpt.core.policies import make_policy
+    from asrpt.core.speed import default_speed_table
+    from asrpt.core.srpt import VirtualSRPT, virtual_size_s
+    from asrpt.predict.features import JobRecord, build_features
+    from asrpt.predict.predictor import IterationPredictor
+
+    speed = default_speed_table()
+    snapshot = synthetic_snapshot(args.pending, args.running, args.nodes, args.seed, speed)
+    policy = make_policy(args.policy, speed)
+    now_s = 90000.0
+
+    cycle_s = _median_s(args.repeat, lambda: policy.decide(snapshot, now_s, policy.new_state()))
+
+    capacity = sum(n.accelerators_total for n in snapshot.nodes)
+    sizes = [(j.job_id, j.submit_time_s, virtual_size_s(j.accelerators, j.predicted_iterations or 0.0, alpha_min_s(j, snapshot.partitions, snapshot.nodes, speed), capacity)) for j in snapshot.pending]
+
+    def srpt() -> None:
+        machine = VirtualSRPT(keep_completed=False)
+        for job_id, release_s, size_s in sizes:
+            machine.release(job_id, release_s, size_s)
+        machine.advance_to(now_s)
+
+    srpt_s = _median_s(args.repeat, srpt)
+    placement_s = _median_s(args.repeat, lambda: [best_placement(j, snapshot.nodes, snapshot.partitions, speed) for j in snapshot.pending])
+
+    rng = random.Random(args.seed)
+    history = [
+        JobRecord(job_id=f"h{i}", user=f"u{rng.randrange(200)}", submit_time_s=float(i), group=f"g{rng.randrange(2000)}",
+                  accelerators=float(rng.choice([1, 2, 4, 8])), end_time_s=float(i) + 10.0, iterations=rng.lognormvariate(8, 2))
+        for i in range(5000)
+    ]
+    model = IterationPredictor(n_estimators=50, random_state=0, n_jobs=1).fit(
+        build_features(history), np.array([r.iterations for r in history])
+    )
+    new_rows = [JobRecord(job_id=j.job_id, user=j.user, submit_time_s=1e6, group=j.group, accelerators=float(j.accelerators)) for j in snapshot.pending]
+    predict_s = _median_s(args.repeat, lambda: model.predict(build_features([*history, *new_rows])[len(history):]))
+
+    report = {
+        "pending": args.pending,
+        "running": len(snapshot.running),
+        "nodes": args.nodes,
+        "policy": args.policy,
+        "cycle_s": cycle_s,
+        "predict_s": predict_s,
+        "srpt_s": srpt_s,
+        "placement_s": placement_s,
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>12}: {value:.3f}" if isinstance(value, float) else f"{key:>12}: {value}")
+    return 0

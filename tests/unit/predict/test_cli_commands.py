@@ -58,10 +58,10 @@ def test_db_upgrade_and_prune(tmp_path: Path, monkeypatch, capsys) -> None:
         parser().parse_args(["db", "prune", "--older-than-days", "-1"])
 
 
-def test_predict_evaluate_writes_json(pai_trace_path: Path, tmp_path: Path, capsys) -> None:
+def test_predict_evaluate_writes_json(any_pai_trace_path: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "report.json"
     head = tmp_path / "head.csv"
-    lines = pai_trace_path.read_text().splitlines()[:1500]
+    lines = any_pai_trace_path.read_text().splitlines()[:1500]
     head.write_text("\n".join(lines) + "\n")
     assert run("predict", "evaluate", "--trace", str(head), "--json", str(out)) == 0
     assert "global-median" in capsys.readouterr().out

@@ -22,8 +22,9 @@ from .conftest import LocalCluster
 pytestmark = pytest.mark.slurm
 
 
-def _daemon(cluster: LocalCluster, tmp_path: Path) -> Daemon:
+def _daemon(cluster: LocalCluster, tmp_path: Path, **scheduler) -> Daemon:
     config = load_config(cluster.dir / "asrpt.toml", environ={})
+    config = dataclasses.replace(config, scheduler=dataclasses.replace(config.scheduler, **scheduler))
     url = f"sqlite:///{tmp_path}/asrpt.db"
     config = dataclasses.replace(
         config,
@@ -140,3 +141,32 @@ def test_dry_run_reads_and_decides_but_writes_nothing(cluster, tmp_path):
     assert decision is not None and set(waiting) <= set(decision.order)
     assert daemon.backend.runner.suppressed, "a dry run still computes the writes it would make"
     assert {j: (_jobs(cluster)[j].priority, _jobs(cluster)[j].admin_comment) for j in waiting} == before
+
+
+def test_a_communication_heavy_job_is_held_then_released_onto_one_node(cluster, tmp_path):
+    """8-way tensor parallelism split 4+4 over two nodes is many times slower than on one node:
+    the daemon holds it in Slurm rather than start it split, and releases it, pinned to the
+    node that has become free, once it can run consolidated."""
+    # No release gating and a long hold budget, so the test does not race the virtual clock.
+    daemon = _daemon(cluster, tmp_path, queue_order="remaining", comm_heavy_tau=1.0)
+    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:4", wrap="sleep 300") for node in ("node1", "node2")]
+    for job_id in fillers:
+        cluster.wait_state(job_id, "RUNNING")
+    tp8 = cluster.sbatch("-p", "a100", "--gpus=8", "--comment", "asrpt:tp=8,class=resnet50", wrap="sleep 5")
+    daemon.repository.record_submission(SubmissionRecord(slurm_job_id=tp8, user="root", submit_time_s=0.0, source="wrapper"))
+    daemon.repository.record_prediction(tp8, predicted_iterations=1e6, model_version="test", made_at_s=0.0)
+
+    decision = daemon.cycle()
+    assert decision is not None and tp8 in decision.holds
+    assert "communication-heavy" in decision.reasons[tp8]
+    cluster.wait_for("the hold", lambda: _jobs(cluster)[tp8].is_held)
+
+    cluster.run("scancel", fillers[1])
+    cluster.wait_for("node2 to free", lambda: fillers[1] not in _jobs(cluster) or _jobs(cluster)[fillers[1]].state != "RUNNING")
+    for _ in range(20):
+        decision = daemon.cycle()
+        if decision is not None and any(p.job_id == tp8 for p in decision.starts):
+            break
+    assert decision is not None and [p.worker_nodes for p in decision.starts if p.job_id == tp8] == [("node2",) * 8]
+    cluster.wait_state(tp8, "RUNNING", "COMPLETED", timeout=30)
+    assert _jobs(cluster)[tp8].nodes == ("node2",)

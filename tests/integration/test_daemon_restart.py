@@ -66,3 +66,18 @@ def test_sigkill_mid_cycle_loses_no_job(cluster, tmp_path):
     state = repository.load_state("policy:asrpt")
     assert state is not None and set(state["sizes_s"]) <= set(jobs)
     json.dumps(state)
+
+
+def test_sigterm_at_any_moment_of_start_up_exits_cleanly(cluster, tmp_path):
+    """systemd may stop the daemon while it is still starting: that must be a clean exit 0,
+    never a traceback (a race between the signal and the scheduler's start was found here)."""
+    text = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{tmp_path}/asrpt.db")
+    config = tmp_path / "asrpt.toml"
+    config.write_text(text)
+    for delay_s in (0.05, 0.4, 0.9, 1.5, 2.5):
+        daemon = _start(config, cluster.env)
+        time.sleep(delay_s)
+        daemon.send_signal(signal.SIGTERM)
+        _, stderr = daemon.communicate(timeout=60)
+        assert daemon.returncode in (0, -signal.SIGTERM), stderr[-2000:]
+        assert "Traceback" not in stderr, stderr[-2000:]

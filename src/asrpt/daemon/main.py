@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import sys
 from typing import Sequence
 
@@ -62,16 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 
-    # Installed first: a SIGTERM during start-up ends the process cleanly after the first cycle.
-    stopping: list[int] = []
-    scheduler_box: list[object] = []
+    # Installed first: a SIGTERM at any moment only sets this event; the main thread notices
+    # it (during start-up after the first cycle, later within a second) and stops cleanly.
+    stopping = threading.Event()
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping after the current cycle", signum)
         sd_notify("STOPPING=1")
-        stopping.append(signum)
-        if scheduler_box:
-            scheduler_box[0].shutdown(wait=False)  # type: ignore[attr-defined]
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -87,13 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = daemon.cycle()
     if args.once:
         return 0 if first is not None else 1
-    if stopping:
+    if stopping.is_set():
         return 0
 
-    from apscheduler.schedulers.blocking import BlockingScheduler
+    from apscheduler.schedulers.background import BackgroundScheduler
 
-    scheduler = BlockingScheduler(timezone="UTC")
-    scheduler_box.append(scheduler)
+    scheduler = BackgroundScheduler(timezone="UTC")
     interval_s = daemon.config.daemon.interval_s
 
     def cycle_with_backoff() -> None:
@@ -121,9 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     sd_notify("READY=1")
     log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)
+    scheduler.start()
     try:
-        scheduler.start()
+        while not stopping.wait(1.0):
+            pass
     finally:
+        scheduler.shutdown(wait=True)  # lets a running cycle finish
         if server is not None:
             server.shutdown()
     return 0

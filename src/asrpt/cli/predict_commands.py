@@ -52,6 +52,14 @@ def add_predict_parser(
         default="fallback",
         help="prediction for jobs without group history (default: fallback)",
     )
+    ev.add_argument(
+        "--retrain-every",
+        type=int,
+        default=500,
+        metavar="N",
+        help="replay the test period in submit order, refitting every N jobs on what has "
+        "finished by then (default: 500; 0 = one fit at the split)",
+    )
     ev.add_argument("--seed", type=int, default=0, help="random seed of the forest (default: 0)")
     ev.set_defaults(func=run_predict_evaluate)
     return predict
@@ -67,6 +75,7 @@ def run_predict_evaluate(args: argparse.Namespace) -> int:
             rows,
             train_fraction=args.train_fraction,
             predictor=IterationPredictor(random_state=args.seed, unseen_policy=args.unseen_policy),
+            retrain_every=args.retrain_every or None,
         )
     except (AsrptError, ValueError) as error:
         print(f"asrpt predict evaluate: {error}", file=sys.stderr)

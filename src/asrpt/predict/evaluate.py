@@ -144,8 +144,13 @@ def evaluate(
     *,
     train_fraction: float = 0.8,
     predictor: IterationPredictor | None = None,
+    retrain_every: int | None = None,
 ) -> dict[str, Any]:
     """Fit at the split, predict the test period, and report errors per model.
+
+    With ``retrain_every=N`` the test period is replayed in submit order in chunks of N jobs,
+    and before each chunk the model (and the global median) is refitted on every job that
+    finished before the chunk's first submission: what a daemon retraining on a schedule sees.
 
     Returns ``{"n_train", "n_test", "train_fraction", "split_time_s", "models": {NAME:
     {"n", "median_ape", "mae_log", "recurring": {...}, "first_seen": {...}}}}`` with
@@ -172,14 +177,24 @@ def evaluate(
         raise ValueError("no labelled jobs on one side of the split")
 
     model = predictor if predictor is not None else IterationPredictor(random_state=0)
-    model.fit(X[train], y[train])
-    global_median = float(np.median(y[train]))
-
     X_test, y_test = X[test], y[test]
     recurring = X_test[:, COLUMN["group_count"]] > 0
-    candidates = {"rf": model.predict(X_test)}
-    for name in BASELINES:
-        candidates[name] = baseline_predictions(name, X_test, global_median)
+    test_index = index[test]
+    chunk = retrain_every if retrain_every else len(test_index)
+    predictions: dict[str, list[np.ndarray]] = {"rf": [], **{name: [] for name in BASELINES}}
+    fits = 0
+    for start in range(0, len(test_index), chunk):
+        rows_now = test_index[start : start + chunk]
+        chunk_start_s = ordered[int(rows_now[0])].submit_time_s
+        # Known at the chunk's start: jobs that ended before it (the split's set for chunk 0).
+        known = train if start == 0 else (ends < chunk_start_s) & np.isfinite(y) & (index < rows_now[0])
+        model.fit(X[known], y[known])
+        fits += 1
+        global_median = float(np.median(y[known]))
+        predictions["rf"].append(model.predict(X[rows_now]))
+        for name in BASELINES:
+            predictions[name].append(baseline_predictions(name, X[rows_now], global_median))
+    candidates = {name: np.concatenate(parts) for name, parts in predictions.items()}
 
     models: dict[str, Any] = {}
     for name, predicted in candidates.items():
@@ -195,6 +210,7 @@ def evaluate(
         "n_test_recurring": int(recurring.sum()),
         "train_fraction": train_fraction,
         "split_time_s": split_time_s,
+        "fits": fits,
         "models": models,
     }
 

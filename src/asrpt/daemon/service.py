@@ -37,6 +37,11 @@ from asrpt.submit_wrapper import ingest, plugin_ingest
 log = logging.getLogger(__name__)
 
 
+#: An ETA is rewritten in Slurm only when its start or end moved by this much: a forecast
+#: drifts a little every cycle and each rewrite is an scontrol call.
+ETA_REWRITE_S = 600.0
+
+
 class SystemClock:
     def now_s(self) -> float:
         return time.time()
@@ -143,6 +148,8 @@ class Daemon:
         #: Per-iteration time of each running job's placement, for outcomes without iterations.
         self._alpha_by_job: dict[str, float] = {}
         self._last_sync_s = repository.load_state("sync:last_end_s") or 0.0
+        #: ETA text last written per job, with the start/end it showed (hysteresis).
+        self._eta_written: dict[str, tuple[str, float, float]] = {}
 
     # -- the scheduled jobs ----------------------------------------------------------------
     def cycle(self) -> Decision | None:
@@ -159,6 +166,11 @@ class Daemon:
             log.warning("cycle skipped, nothing changed: %s", error)
             return None
         self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
+        if self.loop.last_snapshot is not None and len(self._eta_written) > 2 * (
+            len(self.loop.last_snapshot.pending) + len(self.loop.last_snapshot.running) + 1
+        ):
+            live = {j.job_id for j in self.loop.last_snapshot.pending} | {r.job.job_id for r in self.loop.last_snapshot.running}
+            self._eta_written = {k: v for k, v in self._eta_written.items() if k in live}
         self.stats.cycles += 1
         self.stats.consecutive_failures = 0
         self.stats.last_cycle_s = now_s
@@ -279,7 +291,19 @@ class Daemon:
         if self._pending_forecast is None or self._pending_forecast[0] is not decision:
             self._pending_forecast = (decision, 0.0)
             self.stats.forecasts = self._forecast()
-        return format_eta(self.stats.forecasts.get(job_id), self.clock.now_s())
+        forecast_ = self.stats.forecasts.get(job_id)
+        written = self._eta_written.get(job_id)
+        if (
+            forecast_ is not None
+            and written is not None
+            and abs(forecast_.start_s - written[1]) < ETA_REWRITE_S
+            and abs(forecast_.end_s - written[2]) < ETA_REWRITE_S
+        ):
+            return written[0]  # close enough: no scontrol write for a drift of a few minutes
+        text = format_eta(forecast_, self.clock.now_s())
+        if forecast_ is not None and text is not None:
+            self._eta_written[job_id] = (text, forecast_.start_s, forecast_.end_s)
+        return text
 
     def _forecast(self) -> dict[str, JobForecast]:
         snapshot = self.loop.last_snapshot

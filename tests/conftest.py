@@ -1,6 +1,7 @@
 """Suite-wide rules.
 
-Tests that need a service (``@pytest.mark.postgres``, ``@pytest.mark.slurm``) skip with the
+Tests that need a service (``@pytest.mark.postgres``, ``@pytest.mark.slurm``,
+``@pytest.mark.browser``) skip with the
 reason when it is absent, so a developer can run the suite anywhere. CI sets
 ``ASRPT_REQUIRE_SERVICES=1`` after starting the services: there a skip of such a test is a
 failure, so a broken service set-up cannot pass as green.
@@ -10,7 +11,7 @@ import os
 
 import pytest
 
-SERVICE_MARKERS = ("postgres", "slurm")
+SERVICE_MARKERS = ("postgres", "slurm", "browser")
 
 
 @pytest.hookimpl(hookwrapper=True)

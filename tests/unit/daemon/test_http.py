@@ -129,6 +129,7 @@ def test_bind_addresses() -> None:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package for a headless browser")
 def test_timeline_renders_in_headless_chromium(server, tmp_path) -> None:
     """The page, run by a real browser under its own CSP, draws one bar per job with a start."""

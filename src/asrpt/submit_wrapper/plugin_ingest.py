@@ -54,7 +54,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from asrpt.submit_wrapper import directives
-from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _prune_rejected
+from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _get, _prune_rejected
+from asrpt.submit_wrapper.ingest import reject as _reject_spool_file
+from asrpt.submit_wrapper.ingest import remove as _remove_spool_file
 from asrpt.submit_wrapper.spool import REJECTED_DIR, RECORD_SUFFIX, TEMP_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -338,16 +340,6 @@ def _read_one(path: str, trusted_uids: Sequence[int], max_bytes: int) -> PluginR
     )
 
 
-def _get(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    value = document.get(key)
-    if value is None:
-        return None
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise RecordFormatError(f"{key} has the wrong type ({type(value).__name__})")
-    return value
-
-
 def _text(document: Mapping[str, Any], key: str, limit: int = 4096) -> str | None:
     value = _get(document, key, str)
     if value is None or value == "":
@@ -599,21 +591,10 @@ def to_submission_record(
 # ---- the cycle --------------------------------------------------------------------------------
 
 
-def remove(record: PluginRecord) -> bool:
-    """Delete a stored record's file; False if it is gone or was replaced meanwhile."""
-    try:
-        st = os.lstat(record.path)
-        if (st.st_dev, st.st_ino, st.st_ctime_ns) != record.file_id:
-            return False
-        os.unlink(record.path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def reject(record: PluginRecord, reason: str) -> None:
-    """Move a record out of the spool into ``rejected/`` (or delete it)."""
-    _discard(os.path.dirname(record.path), os.path.basename(record.path), reason)
+# A plugin record is removed or rejected exactly as a wrapper record is (both carry the
+# path and the (device, inode, ctime) identity read with them).
+remove = _remove_spool_file
+reject = _reject_spool_file
 
 
 @dataclass(frozen=True, slots=True)

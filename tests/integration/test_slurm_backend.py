@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from asrpt.core.model import Decision, Partition, Placement
+from asrpt.core.model import Decision, Placement
 from asrpt.daemon.config import load_config as load_daemon_config
 from asrpt.exceptions import SlurmUnreachable
 from asrpt.slurm.cli_backend import PRIORITY_AUTO_MAX, SlurmBackendConfig, SlurmCliBackend

@@ -64,7 +64,6 @@ def test_running_jobs_keep_their_nodes_and_remaining_time():
 
 
 def test_a_job_past_its_prediction_runs_as_long_again():
-    speed = flat_speed_table()
     partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
     job = flat_job("late", 1, 10.0)
     running = RunningJob(job=job, placement=Placement(job_id="late", partition="gpu", worker_nodes=(nodes[0].name,), iteration_time_s=1.0), start_time_s=0.0)

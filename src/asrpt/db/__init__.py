@@ -12,7 +12,8 @@ from asrpt.db.repository import (
     StoredForecast,
     SubmissionRecord,
 )
-from asrpt.db.session import DEFAULT_DATABASE_URL, make_engine
+from asrpt.db.session import make_engine
+from asrpt.paths import DEFAULT_DATABASE_URL
 
 __all__ = [
     "AccuracySummary",

@@ -20,9 +20,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from asrpt.exceptions import DatabaseUnavailable, MigrationRequired
 
-#: Used when neither the command line nor the configuration names a database.
-from asrpt.paths import DEFAULT_DATABASE_URL  # noqa: E402  (the default lives with the other host paths)
-
 #: How long a SQLite writer waits for a lock before giving up, seconds.
 DEFAULT_BUSY_TIMEOUT_S = 5.0
 

@@ -11,7 +11,7 @@ import pytest
 from asrpt.cli.db_commands import DATABASE_URL_ENV, add_db_parser, resolve_database_url
 from asrpt.cli.predict_commands import add_predict_parser
 from asrpt.db.repository import HistoryRepository, SubmissionRecord
-from asrpt.db.session import DEFAULT_DATABASE_URL
+from asrpt.paths import DEFAULT_DATABASE_URL
 
 
 def parser() -> argparse.ArgumentParser:

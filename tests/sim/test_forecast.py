@@ -25,7 +25,7 @@ class _Recorder:
 
     def decide(self, snapshot, now_s, state):
         if self.captured is None and now_s >= self.at_s:
-            self.captured = (snapshot, now_s, state.to_dict())
+            self.captured = (snapshot.frozen(), now_s, state.to_dict())
         return self.inner.decide(snapshot, now_s, state)
 
 

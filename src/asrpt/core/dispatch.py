@@ -7,9 +7,11 @@ over and in what they believe a job's runtime to be; the placement and the rules
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Literal, Mapping, Sequence
+from itertools import chain
+from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from asrpt.core.model import ClusterSnapshot, Job, Node, Partition, Placement, RunningJob
 from asrpt.core.placement import best_placement
@@ -65,36 +67,70 @@ class DispatchResult:
     accelerators_free_after: int = 0
 
 
+#: Shortest estimate the doubling rule starts from (an unknown runtime counts as 0).
+MIN_ESTIMATE_S = 1.0
+
+
 def expected_end_s(running: RunningJob, now_s: float, runtime_s: float) -> float:
-    """When a running job is expected to end; one that outlived its estimate gets its elapsed
-    time again (the doubling rule), so reservations never sit in the past."""
+    """When a running job is expected to end. One that outlived its estimate has the estimate
+    doubled until it ends after ``now_s`` (the rule the daemon applies to predictions), so a
+    reservation never sits in the past and stays put until some job reaches its expected end."""
     end_s = running.start_time_s + runtime_s
-    if end_s <= now_s:
-        end_s = now_s + max(now_s - running.start_time_s, 1.0)
-    return end_s
+    if end_s > now_s or math.isinf(end_s):
+        return end_s
+    estimate_s = max(runtime_s, MIN_ESTIMATE_S)
+    elapsed_s = now_s - running.start_time_s
+    if elapsed_s >= estimate_s:
+        estimate_s *= 2.0 ** max(math.floor(math.log2(elapsed_s / estimate_s)), 0)
+        while estimate_s <= elapsed_s:
+            estimate_s *= 2.0
+    return running.start_time_s + estimate_s
 
 
 class FreeCapacity:
-    """Free accelerators per node during one decision; starts are subtracted as they happen."""
+    """Free accelerators per node during one decision; starts are subtracted as they happen.
+
+    Counts live in a dictionary; ``Node`` objects with the current counts are made only when a
+    placement asks for them (``nodes()``), since most examined jobs are answered by ``fits``.
+    """
 
     def __init__(self, nodes: Sequence[Node]) -> None:
-        self._nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self._base: dict[str, Node] = {n.name: n for n in nodes}
+        self._free: dict[str, int] = {n.name: n.accelerators_free for n in nodes}
         self.free_by_partition: dict[str, int] = {}
         for n in nodes:
             self.free_by_partition[n.partition] = self.free_by_partition.get(n.partition, 0) + n.accelerators_free
         self.free_total = sum(self.free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
         self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
-        #: Per restriction, the smallest gang that found no room (valid until capacity grows).
-        self._misfits: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        #: Per restriction, the most free accelerators in one allowed partition (until a change).
+        self._room: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+
+    @classmethod
+    def of(cls, nodes: tuple[Node, ...]) -> "FreeCapacity":
+        """A fresh capacity for ``nodes``, copied from one built once per node tuple (the
+        simulator hands the same tuple to every decision until a job starts or ends)."""
+        global _last_capacity
+        cached = _last_capacity
+        if cached is None or cached[0] is not nodes:
+            cached = _last_capacity = (nodes, cls(nodes))
+        return cached[1].copy()
 
     def nodes(self) -> tuple[Node, ...]:
         """Nodes with at least one free accelerator (the only ones placement can use)."""
         if self._cache is None:
-            self._cache = tuple(n for n in self._nodes.values() if n.accelerators_free > 0)
+            base = self._base
+            self._cache = tuple(
+                _with_free(base[name], free) for name, free in self._free.items() if free > 0
+            )
         return self._cache
 
-    def _allowed_names(self, partitions: Sequence[Partition], job: Job) -> tuple[str, ...]:
+    def partition_of(self, node_name: str) -> str | None:
+        node = self._base.get(node_name)
+        return None if node is None else node.partition
+
+    def allowed_names(self, partitions: Sequence[Partition], job: Job) -> tuple[str, ...]:
+        """Names of the partitions ``job`` may use (cached per restriction)."""
         key = (job.allowed_partitions, job.allowed_accelerators)
         names = self._allowed.get(key)
         if names is None:
@@ -103,62 +139,77 @@ class FreeCapacity:
 
     def fits(self, partitions: Sequence[Partition], job: Job) -> bool:
         """Whether some partition ``job`` allows has ``job.accelerators`` free (a gang never
-        spans partitions). Remembers the smallest size that did not fit per restriction, so a
+        spans partitions). The answer per restriction is kept until the capacity changes, so a
         long queue of jobs that cannot start costs a dictionary lookup each."""
         key = (job.allowed_partitions, job.allowed_accelerators)
-        g = job.accelerators
-        smallest_misfit = self._misfits.get(key)
-        if smallest_misfit is not None and g >= smallest_misfit:
-            return False
-        free = self.free_by_partition
-        if any(free.get(name, 0) >= g for name in self._allowed_names(partitions, job)):
-            return True
-        self._misfits[key] = g
-        return False
+        room = self._room.get(key)
+        if room is None:
+            free = self.free_by_partition
+            room = self._room[key] = max((free.get(name, 0) for name in self.allowed_names(partitions, job)), default=0)
+        return job.parallel.workers <= room
+
+    def _changed(self) -> None:
+        self._cache = None
+        self._room.clear()
 
     def take(self, placement: Placement) -> None:
         for name, count in placement.node_counts.items():
-            node = self._nodes[name]
-            if count > node.accelerators_free:
+            free = self._free[name]
+            if count > free:
                 raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
-            self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
-            self.free_by_partition[node.partition] -= count
+            self._free[name] = free - count
+            self.free_by_partition[self._base[name].partition] -= count
             self.free_total -= count
-        self._cache = None
+        self._changed()
 
     def give(self, counts: Mapping[str, int]) -> None:
         for name, count in counts.items():
-            node = self._nodes.get(name)
+            node = self._base.get(name)
             if node is None:
                 continue
-            freed = min(node.accelerators_free + count, node.accelerators_total)
-            self.free_by_partition[node.partition] += freed - node.accelerators_free
-            self.free_total += freed - node.accelerators_free
-            self._nodes[name] = replace(node, accelerators_free=freed)
-        self._cache = None
-        self._misfits.clear()
+            free = self._free[name]
+            freed = min(free + count, node.accelerators_total)
+            self.free_by_partition[node.partition] += freed - free
+            self.free_total += freed - free
+            self._free[name] = freed
+        self._changed()
 
     def capped(self, partition: str, cap_by_node: Mapping[str, int]) -> "FreeCapacity":
         """This capacity with ``partition``'s nodes limited to ``cap_by_node`` (the spare
         accelerators a reservation leaves to jobs that would still run at its start)."""
         twin = self.copy()
-        for name, node in self._nodes.items():
+        twin._room = {}
+        for node in self.nodes():  # only nodes with something free can lose anything
             if node.partition == partition:
-                allowed = max(min(node.accelerators_free, cap_by_node.get(name, 0)), 0)
-                if allowed != node.accelerators_free:
-                    twin._nodes[name] = replace(node, accelerators_free=allowed)
-                    twin.free_by_partition[partition] -= node.accelerators_free - allowed
-                    twin.free_total -= node.accelerators_free - allowed
+                name, free = node.name, node.accelerators_free
+                allowed = max(min(free, cap_by_node.get(name, 0)), 0)
+                if allowed != free:
+                    twin._free[name] = allowed
+                    twin.free_by_partition[partition] -= free - allowed
+                    twin.free_total -= free - allowed
+                    twin._cache = None
         return twin
 
     def copy(self) -> "FreeCapacity":
-        twin = FreeCapacity(())
-        twin._nodes = dict(self._nodes)
+        twin = FreeCapacity.__new__(FreeCapacity)
+        twin._base = self._base
+        twin._free = dict(self._free)
         twin.free_by_partition = dict(self.free_by_partition)
         twin.free_total = self.free_total
+        twin._cache = self._cache
         twin._allowed = self._allowed
-        twin._misfits = dict(self._misfits)
+        twin._room = dict(self._room)
         return twin
+
+
+#: One-entry cache of ``FreeCapacity.of``: (node tuple, capacity built from it).
+_last_capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
+
+
+@functools.lru_cache(maxsize=65536)
+def _with_free(node: Node, free: int) -> Node:
+    """``node`` with ``free`` accelerators free (cached: few distinct counts per node recur)."""
+    return node if node.accelerators_free == free else replace(node, accelerators_free=free)
 
 
 @dataclass(slots=True)
@@ -180,19 +231,51 @@ def _reserve(
     now_s: float,
     speed: SpeedTable,
     runtime_s: RuntimeEstimate,
-) -> _Reservation | None:
-    """Earliest start of ``head`` as running jobs end by their estimates (EASY backfill)."""
-    releases: list[tuple[float, dict[str, int]]] = [
-        (expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), r.placement.node_counts)
-        for r in snapshot.running
-    ]
+) -> tuple[_Reservation | None, float]:
+    """Earliest start of ``head`` as running jobs end by their estimates (EASY backfill), and
+    until when that answer holds if nothing else changes (the first expected end).
+
+    With nothing started yet this decision, the answer depends only on the head, the node and
+    running tuples and the estimates, and stays the same until ``now_s`` reaches the first
+    expected end: a simulator asks again at every arrival, so the last answer is kept.
+    """
+    global _last_reservation
+    key: tuple[object, ...] | None = None
+    if not started:
+        key = (head, snapshot.nodes, snapshot.running, speed, runtime_s)
+        cached = _last_reservation
+        if cached is not None and now_s < cached[1] and _same_inputs(cached[0], key):
+            found = cached[2]
+            copy = None if found is None else _Reservation(found.job_id, found.start_s, found.partition, dict(found.spare_by_node))
+            return copy, cached[1]
+    releases: list[tuple[float, Mapping[str, int]]] = []
+    for r, runtime in zip(snapshot.running, _runtimes_s(snapshot.running, runtime_s)):
+        end_s = r.start_time_s + runtime
+        if end_s <= now_s:
+            end_s = expected_end_s(r, now_s, runtime)
+        releases.append((end_s, r.placement.node_counts))
     releases += [(end_s, p.node_counts) for p, end_s in started]
     releases.sort(key=lambda item: item[0])
+    found: _Reservation | None = None
     future = free.copy()
+    # Count what each allowed partition gets back (cheap) and hand the nodes back only once
+    # one could hold the head: a wide head may wait for dozens of ends.
+    room = {name: future.free_by_partition.get(name, 0) for name in future.allowed_names(snapshot.partitions, head)}
+    g = head.accelerators
+    returned: list[Mapping[str, int]] = []
     for end_s, counts in releases:
         if math.isinf(end_s):
             break
-        future.give(counts)
+        returned.append(counts)
+        for name, count in counts.items():
+            partition = future.partition_of(name)
+            if partition in room:
+                room[partition] += count
+        if not room or max(room.values()) < g:
+            continue
+        for each in returned:
+            future.give(each)
+        returned.clear()
         if not future.fits(snapshot.partitions, head):
             continue
         placement = best_placement(head, future.nodes(), snapshot.partitions, speed)
@@ -200,8 +283,48 @@ def _reserve(
             spare = {n.name: n.accelerators_free for n in future.nodes() if n.partition == placement.partition}
             for name, count in placement.node_counts.items():
                 spare[name] -= count
-            return _Reservation(head.job_id, end_s, placement.partition, spare)
-    return None
+            found = _Reservation(head.job_id, end_s, placement.partition, spare)
+            break
+    valid_until_s = releases[0][0] if releases else math.inf
+    if key is not None:
+        _last_reservation = (key, valid_until_s, found)
+        if found is not None:
+            found = _Reservation(found.job_id, found.start_s, found.partition, dict(found.spare_by_node))
+    return found, valid_until_s
+
+
+#: Believed runtime per running job object, by ``id`` (the entry holds the job, so the id
+#: cannot be reused while cached), for one runtime estimate at a time.
+_runtime_cache: dict[int, tuple[RunningJob, float]] = {}
+_runtime_cache_estimate: list[RuntimeEstimate | None] = [None]
+
+
+def _runtimes_s(running: Sequence[RunningJob], runtime_s: RuntimeEstimate) -> list[float]:
+    """``runtime_s`` of each running job at its placement, remembered across decisions: the
+    running set changes by a job or two between reservations, the estimate per job not at all."""
+    global _runtime_cache
+    if _runtime_cache_estimate[0] != runtime_s or len(_runtime_cache) > 4 * len(running) + 1024:
+        _runtime_cache = {}
+        _runtime_cache_estimate[0] = runtime_s
+    cache = _runtime_cache
+    out: list[float] = []
+    for r in running:
+        hit = cache.get(id(r))
+        if hit is None or hit[0] is not r:
+            hit = cache[id(r)] = (r, runtime_s(r.job, r.placement.iteration_time_s))
+        out.append(hit[1])
+    return out
+
+
+#: One-entry cache of ``_reserve``: (inputs, valid until, answer).
+_last_reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
+
+
+def _same_inputs(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
+    """The same head, node tuple, running tuple and speed table (by identity: frozen objects a
+    backend reuses while nothing changed) and an equal runtime estimate (a bound method of
+    the same policy compares equal)."""
+    return all(a is b for a, b in zip(old[:-1], new[:-1])) and old[-1] == new[-1]
 
 
 def _delays_reservation(placement: Placement, end_s: float, reservation: _Reservation) -> bool:
@@ -225,11 +348,100 @@ def dispatch(
     """Walk ``queue`` (most urgent first) and decide what starts now and what is held.
 
     Jobs the walk never reaches (behind a strict head, or once the cluster is full) get no
-    reason: their place in the order is the reason. ``first_blocked_s`` remembers when each communication-heavy job was first held; the
-    caller keeps it between cycles (it is part of the policy state).
+    reason: their place in the order is the reason. ``first_blocked_s`` remembers when each
+    communication-heavy job was first held; the caller keeps it between cycles (it is part of
+    the policy state).
+
+    A walk that started nothing is remembered: asked again with the same node and running
+    tuples, the same jobs at the front of the queue and before anything it depended on
+    expires (a hold's deadline, the reservation's first expected end), it gives the same
+    answer without walking. A simulator asks at every arrival, and an arrival that joins the
+    back of a long queue changes nothing.
     """
+    global _last_walk
+    memo = _last_walk
+    queue = iter(queue)
+    if memo is not None and now_s < memo.valid_until_s and memo.same_inputs(snapshot, options, speed, runtime_s):
+        pulled: list[Job] = []
+        for expected in memo.examined:
+            job = next(queue, None)
+            if job is None:
+                break
+            pulled.append(job)
+            if job is not expected:
+                break
+        else:
+            # All the same so far; a walk that ran out of queue must run out again.
+            extra = None if memo.stopped_early else next(queue, None)
+            if extra is None:
+                return memo.replay()
+            pulled.append(extra)
+        queue = chain(pulled, queue)
+    result, examined, stopped_early, valid_until_s = _walk(
+        queue, snapshot, now_s, speed=speed, options=options, runtime_s=runtime_s,
+        alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s,
+    )
+    _last_walk = None
+    if not result.starts:
+        _last_walk = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
+                           tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
+    return result
+
+
+@dataclass(slots=True)
+class _Walk:
+    """A remembered walk that started nothing (see ``dispatch``)."""
+
+    nodes: tuple[Node, ...]
+    running: tuple[RunningJob, ...]
+    options: DispatchOptions
+    speed: SpeedTable
+    runtime_s: RuntimeEstimate
+    #: Every job the walk looked at, in order.
+    examined: tuple[Job, ...]
+    #: Whether the walk stopped before the end of the queue (full cluster, backfill depth).
+    stopped_early: bool
+    valid_until_s: float
+    result: DispatchResult
+
+    def same_inputs(self, snapshot: ClusterSnapshot, options: DispatchOptions, speed: SpeedTable,
+                    runtime_s: RuntimeEstimate) -> bool:
+        return (
+            snapshot.nodes is self.nodes
+            and snapshot.running is self.running
+            and options is self.options
+            and speed is self.speed
+            and runtime_s == self.runtime_s
+        )
+
+    def replay(self) -> DispatchResult:
+        again = DispatchResult(
+            holds=list(self.result.holds),
+            wake_at_s=self.result.wake_at_s,
+            accelerators_free_after=self.result.accelerators_free_after,
+        )
+        again.reasons.merge(self.result.reasons)
+        return again
+
+
+_last_walk: _Walk | None = None
+
+
+def _walk(
+    queue: Iterator[Job],
+    snapshot: ClusterSnapshot,
+    now_s: float,
+    *,
+    speed: SpeedTable,
+    options: DispatchOptions,
+    runtime_s: RuntimeEstimate,
+    alpha_min_s: Callable[[Job], float],
+    first_blocked_s: dict[str, float],
+) -> tuple[DispatchResult, list[Job], bool, float]:
+    """The walk itself; also returns the jobs it examined, whether it stopped before the end
+    of the queue, and until when its reservation holds."""
     result = DispatchResult()
-    free = FreeCapacity(snapshot.nodes)
+    free = FreeCapacity.of(snapshot.nodes)
     started: list[tuple[Placement, float]] = []
     reservation: _Reservation | None = None
     #: ``free`` with the reservation's accelerators taken out: what a job that would still be
@@ -238,22 +450,35 @@ def dispatch(
     blocked_head: Job | None = None
     reserve_tried = False
     examined_behind_head = 0
+    examined: list[Job] = []
+    valid_until_s = math.inf
+    stopped_early = False
     for position, job in enumerate(queue):
         if blocked_head is not None:
             if options.mode == "strict" or examined_behind_head >= options.backfill_depth:
+                stopped_early = True
                 break  # everything further back waits; `asrpt explain` derives that from the order
             examined_behind_head += 1
         if free.free_total <= 0:
+            stopped_early = True
             break  # nothing more can start this cycle
+        examined.append(job)
         if not free.fits(snapshot.partitions, job):
             result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
             if blocked_head is None:
                 blocked_head = job
             continue
-        if blocked_head is not None and options.mode == "backfill" and not reserve_tried:
-            # Reserve for the head only now that a later job could start (often none can).
+        if (
+            blocked_head is not None
+            and options.mode == "backfill"
+            and not reserve_tried
+            and runtime_s(job, alpha_min_s(job)) > 0.0
+        ):
+            # Reserve for the head only now that a later job could start (often none can) and
+            # could still run when the head might start (a job believed to take no time ends
+            # before any running job's expected end, hence before any reservation).
             reserve_tried = True
-            reservation = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s)
+            reservation, valid_until_s = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s)
             if reservation is not None:
                 result.reasons.note(
                     blocked_head.job_id,
@@ -313,5 +538,5 @@ def dispatch(
             ratio,
         )
     result.accelerators_free_after = free.free_total
-    return result
+    return result, examined, stopped_early, valid_until_s
 

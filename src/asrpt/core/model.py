@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping
+from typing import Callable, Iterator, Mapping, Sequence, overload
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelConfig:
@@ -150,20 +150,170 @@ class RunningJob:
         return self.start_time_s + (n or 0.0) * self.placement.iteration_time_s
 
 
+class StaleSnapshot(RuntimeError):
+    """A snapshot's live view was read after the backend changed the cluster under it."""
+
+
+class ChangeLog:
+    """Append-only log of pending job ids a backend added, replaced or removed.
+
+    A backend that keeps its pending jobs between cycles (the simulator) appends an id each
+    time it touches one, so a policy can update its state from the ids since its last look
+    instead of rescanning a queue of thousands at every event.
+    """
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+
+class PendingJobs(Sequence[Job]):
+    """The pending jobs of one snapshot as a live view of the backend's dictionary.
+
+    Iterates like the tuple it stands in for; adds ``by_id`` and ``changes_since``. Valid until
+    the backend changes its pending set (it logs every change); reading it afterwards raises
+    ``StaleSnapshot`` rather than showing a different queue.
+    """
+
+    __slots__ = ("_by_id", "_log", "_cursor", "_tuple")
+
+    def __init__(self, by_id: dict[str, Job], log: ChangeLog) -> None:
+        self._by_id = by_id
+        self._log = log
+        self._cursor = len(log.ids)
+        self._tuple: tuple[Job, ...] | None = None
+
+    def _check(self) -> None:
+        if len(self._log.ids) != self._cursor:
+            raise StaleSnapshot("the pending jobs changed since this snapshot was taken")
+
+    def by_id(self) -> Mapping[str, Job]:
+        self._check()
+        return self._by_id
+
+    def changes_since(self, log: object, cursor: int) -> tuple[list[str] | None, int]:
+        """Ids touched since ``cursor`` of ``log`` (None if that is another backend's log),
+        and the cursor to remember for next time."""
+        self._check()
+        if log is not self._log:
+            return None, self._cursor
+        return self._log.ids[cursor:self._cursor], self._cursor
+
+    @property
+    def log(self) -> ChangeLog:
+        return self._log
+
+    def _as_tuple(self) -> tuple[Job, ...]:
+        self._check()
+        if self._tuple is None:
+            self._tuple = tuple(self._by_id.values())
+        return self._tuple
+
+    def __len__(self) -> int:
+        self._check()
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self._as_tuple())
+
+    @overload
+    def __getitem__(self, index: int) -> Job: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Job, ...]: ...
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._as_tuple()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return self._as_tuple() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def pending_by_id(pending: Sequence[Job]) -> Mapping[str, Job]:
+    """Pending jobs by id: the backend's own index when it keeps one, else built here."""
+    if isinstance(pending, PendingJobs):
+        return pending.by_id()
+    return {job.job_id: job for job in pending}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSnapshot:
-    """Everything the policy may look at in one cycle."""
+    """Everything the policy may look at in one cycle.
+
+    ``pending`` is a tuple, or a ``PendingJobs`` view from a backend that logs its changes.
+    """
 
     partitions: tuple[Partition, ...]
     nodes: tuple[Node, ...]
-    pending: tuple[Job, ...]
+    pending: Sequence[Job]
     running: tuple[RunningJob, ...] = ()
+
+    def frozen(self) -> "ClusterSnapshot":
+        """This snapshot with its pending jobs copied out of a live ``PendingJobs`` view: what
+        to keep when the snapshot must outlive the decision it was taken for."""
+        if isinstance(self.pending, tuple):
+            return self
+        return ClusterSnapshot(partitions=self.partitions, nodes=self.nodes, pending=tuple(self.pending), running=self.running)
 
     def partition(self, name: str) -> Partition:
         for p in self.partitions:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+
+class StaleOrder(RuntimeError):
+    """A lazily built order was read after its policy had decided again."""
+
+
+class LazyOrder(Sequence[str]):
+    """A decision's order, built only when read.
+
+    The simulator never reads the order (it starts what the decision says); sorting thousands
+    of pending jobs at every event would dominate a replay. ``is_current`` says whether the
+    state ``build`` reads is still the one decided on; reading later raises ``StaleOrder``.
+    """
+
+    __slots__ = ("_build", "_is_current", "_built")
+
+    def __init__(self, build: Callable[[], tuple[str, ...]], is_current: Callable[[], bool]) -> None:
+        self._build: Callable[[], tuple[str, ...]] | None = build
+        self._is_current = is_current
+        self._built: tuple[str, ...] = ()
+
+    def _ids(self) -> tuple[str, ...]:
+        if self._build is not None:
+            if not self._is_current():
+                raise StaleOrder("read a decision's order before the policy decides again")
+            self._built = self._build()
+            self._build = None
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._ids())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return self._ids()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return self._ids() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyOrder({self._ids()!r})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,8 +324,9 @@ class Decision:
     node lists and holds and lets slurmctld start them.
     """
 
-    #: Pending job ids, most urgent first (becomes Slurm priority order).
-    order: tuple[str, ...]
+    #: Pending job ids, most urgent first (becomes Slurm priority order); a ``LazyOrder``
+    #: must be read before the same policy state decides again.
+    order: Sequence[str]
     #: Jobs to start now, with their placements.
     starts: tuple[Placement, ...] = ()
     #: Pending jobs deliberately held (communication-heavy wait for a consolidated placement).

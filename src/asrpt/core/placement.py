@@ -132,39 +132,65 @@ def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionVi
         if total >= g:
             break
     c_s = speed.step_time_s(job.workload_class, partition.accelerator) / (job.parallel.pipeline * job.parallel.tensor)
-    best_key: tuple[float, float, int] | None = None
-    best_codes: list[int] = []
-    best_nodes: Sequence[Node] = ()
-    # Glue orders: heaviest bytes first (the classic Heavy-Edge), then, if alpha_aware, the
-    # other kind orders (see _kind_orders). For each, the fewest nodes first; only if a glued
-    # group had to be split there, also spread whole groups best-fit over every free node.
-    # Keep the smallest alpha, then the smallest cut, then fewer nodes.
     # No placement on these nodes beats the exact ideal for nodes as large as the largest free
-    # count: stop as soon as a candidate reaches it (usually the first one does).
+    # count: the search stops as soon as a candidate reaches it (usually the first one does).
     largest_free = ordered[0].accelerators_free
     floor_s = ideal_iteration_time_s(job, partition, largest_free, speed) * (1 + 1e-12)
-    orders = _kind_orders(shape, largest_free)
-    for kinds in orders if alpha_aware else orders[:1]:
-        edges = _edges_in_order(shape, kinds)
-        glued = _coarsen(shape, range(shape.workers), largest_free, edges)
-        for chosen in (ordered[:count], ordered):
-            codes, split = _heavy_edge_codes(shape, [n.accelerators_free for n in chosen], edges, glued)
-            alpha = _alpha_from_codes(c_s, shape, codes, partition.intra_node_gbps, partition.inter_node_gbps)
-            key = (alpha, _cut_from_codes(shape, codes), len(set(codes)))
-            if best_key is None or key < best_key:
-                best_key, best_codes, best_nodes = key, codes, chosen
-            if not split or count == len(ordered):
-                break
-        if best_key[0] <= floor_s:
-            break
-    assert best_key is not None
+    counts = tuple(n.accelerators_free for n in ordered)
+    alpha_s, cut_gb, codes, spread = _search(shape, partition, c_s, floor_s, counts, count, alpha_aware)
+    chosen = ordered if spread else ordered[:count]
     return Placement(
         job_id=job.job_id,
         partition=partition.name,
-        worker_nodes=tuple(best_nodes[c].name for c in best_codes),
-        iteration_time_s=best_key[0],
-        cut_gb=best_key[1],
+        worker_nodes=tuple(chosen[c].name for c in codes),
+        iteration_time_s=alpha_s,
+        cut_gb=cut_gb,
     )
+
+
+def _search(shape: JobShape, partition: Partition, c_s: float, floor_s: float, counts: tuple[int, ...],
+            count: int, alpha_aware: bool) -> tuple[float, float, tuple[int, ...], bool]:
+    """The multi-node search on free counts ``counts`` (largest first; the first ``count`` are
+    the fewest nodes that hold the job): alpha, cut, node index per worker, and whether the
+    indices are into all free nodes (spread) rather than the fewest.
+
+    Glue orders: heaviest bytes first (the classic Heavy-Edge), then, if alpha_aware, the
+    other kind orders (see _kind_orders). For each, the fewest nodes first; only if a glued
+    group had to be split there, also spread whole groups best-fit over every free node.
+    Keep the smallest alpha, then the smallest cut, then fewer nodes.
+    """
+    best: tuple[float, float, int, tuple[int, ...], bool] | None = None
+    best_spread = False
+    orders = _kind_orders(shape, counts[0])
+    for kinds in orders if alpha_aware else orders[:1]:
+        for spread in (False, True):
+            capacities = counts if spread else counts[:count]
+            alpha, cut, used, codes, split = _evaluate(shape, kinds, capacities, counts[0], c_s,
+                                                       partition.intra_node_gbps, partition.inter_node_gbps)
+            if best is None or (alpha, cut, used) < best[:3]:
+                best, best_spread = (alpha, cut, used, codes, split), spread
+            if not split or count == len(counts):
+                break
+        if best[0] <= floor_s:
+            break
+    assert best is not None
+    return best[0], best[1], best[3], best_spread
+
+
+@functools.lru_cache(maxsize=65536)
+def _evaluate(shape: JobShape, kinds: tuple[int, ...], capacities: tuple[int, ...], cap: int, c_s: float,
+              intra_gbps: float, inter_gbps: float) -> tuple[float, float, int, tuple[int, ...], bool]:
+    """One Heavy-Edge candidate: glue along ``kinds`` under ``cap``, place on ``capacities``;
+    alpha, cut, nodes used, node index per worker, whether a glued group was split.
+
+    It depends on free counts, never on node names, so it is cached: a replay asks the same
+    question about the same shape of job on the same shape of free space over and over.
+    """
+    edges = _edges_in_order(shape, kinds)
+    glued = _coarsen(shape, range(shape.workers), cap, edges)
+    codes, split = _heavy_edge_codes(shape, capacities, edges, glued)
+    alpha = _alpha_from_codes(c_s, shape, codes, intra_gbps, inter_gbps)
+    return alpha, _cut_from_codes(shape, codes), len(set(codes)), tuple(codes), split
 
 
 def _kind_orders(shape: JobShape, cap: int) -> list[tuple[int, ...]]:

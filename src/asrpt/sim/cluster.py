@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from asrpt.core.model import ClusterSnapshot, Decision, Job, Node, Partition, RunningJob
+from asrpt.core.model import ChangeLog, ClusterSnapshot, Decision, Job, Node, Partition, PendingJobs, RunningJob
 
 
 class Oversubscribed(RuntimeError):
@@ -45,7 +45,9 @@ class SimCluster:
         #: (true end time, job id, start time): the next completions.
         self._ends: list[tuple[float, str, float]] = []
         self.records: dict[str, JobRecord] = {}
-        self._pending_tuple: tuple[Job, ...] | None = None
+        #: Every change to ``pending``, so policies update in O(changes) (see ``PendingJobs``).
+        self._log = ChangeLog()
+        self._running_tuple: tuple[RunningJob, ...] | None = None
 
     # -- driven by the engine ----------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -53,7 +55,7 @@ class SimCluster:
             raise ValueError(f"job {job.job_id} submitted twice")
         self.records[job.job_id] = JobRecord(job)
         self.pending[job.job_id] = job
-        self._pending_tuple = None
+        self._log.ids.append(job.job_id)
 
     def adopt_running(self, running: RunningJob, remaining_iterations: float) -> None:
         """Take over a job that is already running (a forecast starts from the present)."""
@@ -68,6 +70,7 @@ class SimCluster:
         self._node_tuple = None
         self.records[job.job_id] = JobRecord(job, first_start_s=running.start_time_s, partitions=[running.placement.partition])
         self.running[job.job_id] = running
+        self._running_tuple = None
         end_s = self.now_s + max(remaining_iterations, 0.0) * running.placement.iteration_time_s
         heapq.heappush(self._ends, (end_s, job.job_id, running.start_time_s))
 
@@ -83,6 +86,7 @@ class SimCluster:
             if running is None or running.start_time_s != start_s:
                 continue  # stale entry of a preempted run
             del self.running[job_id]
+            self._running_tuple = None
             self._release(running)
             record = self.records[job_id]
             record.end_s = end_s
@@ -97,13 +101,13 @@ class SimCluster:
     def snapshot(self) -> ClusterSnapshot:
         if self._node_tuple is None:
             self._node_tuple = tuple(self._nodes.values())
-        if self._pending_tuple is None:
-            self._pending_tuple = tuple(self.pending.values())
+        if self._running_tuple is None:
+            self._running_tuple = tuple(self.running.values())
         return ClusterSnapshot(
             partitions=self.partitions,
             nodes=self._node_tuple,
-            pending=self._pending_tuple,
-            running=tuple(self.running.values()),
+            pending=PendingJobs(self.pending, self._log),
+            running=self._running_tuple,
         )
 
     def apply(self, decision: Decision) -> None:
@@ -128,9 +132,10 @@ class SimCluster:
                 self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
             self._node_tuple = None
             del self.pending[job.job_id]
-            self._pending_tuple = None
+            self._log.ids.append(job.job_id)
             running = RunningJob(job=job, placement=placement, start_time_s=self.now_s)
             self.running[job.job_id] = running
+            self._running_tuple = None
             record = self.records[job.job_id]
             if record.first_start_s is None:
                 record.first_start_s = self.now_s
@@ -149,6 +154,7 @@ class SimCluster:
         running = self.running.pop(job_id, None)
         if running is None:
             raise ValueError(f"decision preempts {job_id}, which is not running")
+        self._running_tuple = None
         self._release(running)
         ran_s = self.now_s - running.start_time_s
         done_n = ran_s / running.placement.iteration_time_s if running.placement.iteration_time_s > 0 else 0.0
@@ -161,4 +167,4 @@ class SimCluster:
         record.preemptions += 1
         record.service_s += ran_s * job.accelerators
         self.pending[job_id] = replace(job, true_iterations=left_n, predicted_iterations=predicted)
-        self._pending_tuple = None
+        self._log.ids.append(job_id)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from itertools import chain
+from typing import Any, Iterable, Literal, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
-from asrpt.core.model import ClusterSnapshot, Decision, Job
+from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, PendingJobs, pending_by_id
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
@@ -55,8 +56,9 @@ class ASRPTState:
     pool_of: dict[str, str] = field(default_factory=dict)
     #: Current virtual size of every known pending job, seconds.
     sizes_s: dict[str, float] = field(default_factory=dict)
-    #: Q: virtually complete, not yet started, in virtual completion order.
-    queue: list[str] = field(default_factory=list)
+    #: Q: virtually complete, not yet started, in virtual completion order (a dict used as
+    #: an ordered set: a job leaves Q from anywhere in O(1)).
+    queue: dict[str, None] = field(default_factory=dict)
     first_blocked_s: dict[str, float] = field(default_factory=dict)
     #: alpha_min per job; derived, so not serialised.
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
@@ -64,6 +66,11 @@ class ASRPTState:
     seen: dict[str, Job] = field(default_factory=dict)
     #: Pending jobs no allowed partition can ever hold (they stay last); derived.
     never_fits: set[str] = field(default_factory=set)
+    #: The backend change log ``seen`` was last brought up to date from, and where in it; derived.
+    change_log: object = None
+    change_cursor: int = 0
+    #: Bumped by every decision, so a decision's lazy order knows when it went stale; derived.
+    version: int = 0
 
     @property
     def machine(self) -> VirtualSRPT:
@@ -85,7 +92,7 @@ class ASRPTState:
             machines={str(k): VirtualSRPT.from_dict(v) for k, v in data.get("machines", {}).items()},
             pool_of={str(k): str(v) for k, v in data.get("pool_of", {}).items()},
             sizes_s={str(k): float(v) for k, v in data.get("sizes_s", {}).items()},
-            queue=[str(j) for j in data.get("queue", [])],
+            queue=dict.fromkeys(str(j) for j in data.get("queue", [])),
             first_blocked_s={str(k): float(v) for k, v in data.get("first_blocked_s", {}).items()},
         )
 
@@ -110,89 +117,113 @@ class ASRPTPolicy:
         n = job.true_iterations if self.options.use_true_iterations else job.predicted_iterations
         return float(n) if n is not None and n > 0 else 0.0
 
+    def runtime_s(self, job: Job, iteration_time_s: float) -> float:
+        """What the policy believes the job runs at ``iteration_time_s`` per iteration."""
+        return self.iterations(job) * iteration_time_s
+
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
-        capacity_by_partition: dict[str, int] = {}
-        for node in snapshot.nodes:
-            capacity_by_partition[node.partition] = capacity_by_partition.get(node.partition, 0) + node.accelerators_total
-        pending = {job.job_id: job for job in snapshot.pending}
+        pending = pending_by_id(snapshot.pending)
         reasons = Reasons()
-
-        gone = [j for j in state.seen if j not in pending]
-        if len(state.sizes_s) > len(state.seen) - len(gone):
-            # restored from storage: sized jobs this process has not seen yet may have left
-            gone = list({*gone, *(j for j in state.sizes_s if j not in pending)})
-        if gone:
-            for job_id in gone:
-                state.seen.pop(job_id, None)
-                state.never_fits.discard(job_id)
-                state.alpha_min_cache_s.pop(job_id, None)
-                state.first_blocked_s.pop(job_id, None)
-                if state.sizes_s.pop(job_id, None) is not None:
-                    state.machines[state.pool_of.pop(job_id)].remove(job_id)
-            left = set(gone)
-            state.queue = [j for j in state.queue if j not in left]
-
-        for job in snapshot.pending:
-            if state.seen.get(job.job_id) is job:
+        capacity_by_partition: dict[str, int] | None = None
+        for job_id in self._touched_ids(snapshot, pending, state):
+            job = pending.get(job_id)
+            if job is None:
+                self._forget(job_id, state)
+                continue
+            if state.seen.get(job_id) is job:
                 continue  # unchanged since the last cycle
-            state.seen[job.job_id] = job
+            state.seen[job_id] = job
             ideal_s = self._alpha_min_s(job, snapshot, state)
             if math.isinf(ideal_s):
-                state.never_fits.add(job.job_id)
-                reasons.note(job.job_id, "no partition it allows can ever hold it")
+                state.never_fits.add(job_id)
+                reasons.note(job_id, "no partition it allows can ever hold it")
                 continue
-            old_s = state.sizes_s.get(job.job_id)
+            if capacity_by_partition is None:
+                capacity_by_partition = _capacity_by_partition(snapshot)
+            pool, capacity = self._pool(job, snapshot, capacity_by_partition)
+            size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
+            old_s = state.sizes_s.get(job_id)
             if old_s is None:
-                pool, capacity = self._pool(job, snapshot, capacity_by_partition)
-                size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
                 machine = state.machines.get(pool)
                 if machine is None:
                     machine = state.machines[pool] = VirtualSRPT(keep_completed=False)
-                machine.release(job.job_id, job.submit_time_s, size_s)
-                state.sizes_s[job.job_id] = size_s
-                state.pool_of[job.job_id] = pool
-            else:
-                pool, capacity = self._pool(job, snapshot, capacity_by_partition)
-                size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
-                if old_s != size_s:
-                    state.machines[state.pool_of[job.job_id]].resize(job.job_id, size_s, old_s)
-                    state.sizes_s[job.job_id] = size_s
+                machine.release(job_id, job.submit_time_s, size_s)
+                state.sizes_s[job_id] = size_s
+                state.pool_of[job_id] = pool
+            elif old_s != size_s:
+                state.machines[state.pool_of[job_id]].resize(job_id, size_s, old_s)
+                state.sizes_s[job_id] = size_s
 
         done: list[tuple[float, tuple[int, int, str], str]] = []
         for machine in state.machines.values():
             done.extend((t, id_sort_key(j), j) for t, j in machine.advance_to(now_s))
         done.sort()
-        state.queue.extend(j for _, _, j in done if j in pending)
+        state.queue.update((j, None) for _, _, j in done if j in pending)
 
-        if len(state.machines) == 1:
-            still_virtual = next(iter(state.machines.values())).active_ids()
-        else:
-            still_virtual = sorted(
-                (j for m in state.machines.values() for j in m.active_ids()),
-                key=lambda j: (state.machines[state.pool_of[j]].remaining_s(j) or 0.0, id_sort_key(j)),
-            )
-        dispatchable = list(state.queue)
-        if self.options.queue_order == "remaining":
-            dispatchable += still_virtual
+        remaining_order = self.options.queue_order == "remaining"
+        dispatchable: Iterable[str] = state.queue
+        if remaining_order:
+            dispatchable = chain(state.queue, self._still_virtual(state))
         result = dispatch(
             (pending[j] for j in dispatchable),
             snapshot,
             now_s,
             speed=self.speed,
             options=self.options.dispatch,
-            runtime_s=lambda job, alpha_s: self.iterations(job) * alpha_s,
+            runtime_s=self.runtime_s,
             alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
             first_blocked_s=state.first_blocked_s,
         )
         reasons.merge(result.reasons)
-        order = tuple(dispatchable) + (() if self.options.queue_order == "remaining" else tuple(still_virtual))
-        order += tuple(j for j in state.never_fits if j in pending)
+        state.version += 1
+        version = state.version
         return Decision(
-            order=order,
+            order=LazyOrder(lambda: self._order(state), lambda: state.version == version),
             starts=tuple(result.starts),
             holds=tuple(result.holds),
             reasons=reasons,
             wake_at_s=min(result.wake_at_s, self._next_dispatchable_s(state, result.accelerators_free_after)),
+        )
+
+    def _touched_ids(self, snapshot: ClusterSnapshot, pending: Mapping[str, Job], state: ASRPTState) -> Iterable[str]:
+        """Ids that may have arrived, changed or left since the last decision: the backend's
+        change log when it keeps one for this state, else every pending and every known id."""
+        if isinstance(snapshot.pending, PendingJobs):
+            changed, cursor = snapshot.pending.changes_since(state.change_log, state.change_cursor)
+            state.change_log, state.change_cursor = snapshot.pending.log, cursor
+            if changed is not None:
+                return dict.fromkeys(changed)
+        else:
+            state.change_log = None
+        known = state.seen.keys() | state.sizes_s.keys()  # sizes_s: restored, not yet seen
+        return chain(pending, (j for j in known if j not in pending))
+
+    @staticmethod
+    def _forget(job_id: str, state: ASRPTState) -> None:
+        """A job left the queue (started, cancelled): drop it from Q and its virtual machine."""
+        state.seen.pop(job_id, None)
+        state.never_fits.discard(job_id)
+        state.alpha_min_cache_s.pop(job_id, None)
+        state.first_blocked_s.pop(job_id, None)
+        state.queue.pop(job_id, None)
+        if state.sizes_s.pop(job_id, None) is not None:
+            state.machines[state.pool_of.pop(job_id)].remove(job_id)
+
+    def _still_virtual(self, state: ASRPTState) -> list[str]:
+        """Released jobs the virtual machine(s) have not completed, by remaining work."""
+        if len(state.machines) == 1:
+            return next(iter(state.machines.values())).active_ids()
+        return sorted(
+            (j for m in state.machines.values() for j in m.active_ids()),
+            key=lambda j: (state.machines[state.pool_of[j]].remaining_s(j) or 0.0, id_sort_key(j)),
+        )
+
+    def _order(self, state: ASRPTState) -> tuple[str, ...]:
+        """Q, then the jobs still on the virtual machine, then those that can never run."""
+        return (
+            tuple(state.queue)
+            + tuple(self._still_virtual(state))
+            + tuple(sorted(state.never_fits, key=id_sort_key))
         )
 
     def _next_dispatchable_s(self, state: ASRPTState, accelerators_free: int) -> float:
@@ -215,3 +246,10 @@ class ASRPTPolicy:
             cached = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
             state.alpha_min_cache_s[job.job_id] = cached
         return cached
+
+
+def _capacity_by_partition(snapshot: ClusterSnapshot) -> dict[str, int]:
+    capacity: dict[str, int] = {}
+    for node in snapshot.nodes:
+        capacity[node.partition] = capacity.get(node.partition, 0) + node.accelerators_total
+    return capacity

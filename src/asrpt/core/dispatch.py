@@ -248,12 +248,7 @@ def _reserve(
             found = cached[2]
             copy = None if found is None else _Reservation(found.job_id, found.start_s, found.partition, dict(found.spare_by_node))
             return copy, cached[1]
-    releases: list[tuple[float, Mapping[str, int]]] = []
-    for r, runtime in zip(snapshot.running, _runtimes_s(snapshot.running, runtime_s)):
-        end_s = r.start_time_s + runtime
-        if end_s <= now_s:
-            end_s = expected_end_s(r, now_s, runtime)
-        releases.append((end_s, r.placement.node_counts))
+    releases = _expected_releases(snapshot.running, now_s, runtime_s)
     releases += [(end_s, p.node_counts) for p, end_s in started]
     releases.sort(key=lambda item: item[0])
     found: _Reservation | None = None
@@ -293,26 +288,34 @@ def _reserve(
     return found, valid_until_s
 
 
-#: Believed runtime per running job object, by ``id`` (the entry holds the job, so the id
-#: cannot be reused while cached), for one runtime estimate at a time.
-_runtime_cache: dict[int, tuple[RunningJob, float]] = {}
-_runtime_cache_estimate: list[RuntimeEstimate | None] = [None]
+#: Per running job object, by ``id`` (the entry holds the job, so the id cannot be reused
+#: while cached): the believed runtime and the expected end last worked out, for one runtime
+#: estimate at a time.
+_end_cache: dict[int, list] = {}
+_end_cache_estimate: list[RuntimeEstimate | None] = [None]
 
 
-def _runtimes_s(running: Sequence[RunningJob], runtime_s: RuntimeEstimate) -> list[float]:
-    """``runtime_s`` of each running job at its placement, remembered across decisions: the
-    running set changes by a job or two between reservations, the estimate per job not at all."""
-    global _runtime_cache
-    if _runtime_cache_estimate[0] != runtime_s or len(_runtime_cache) > 4 * len(running) + 1024:
-        _runtime_cache = {}
-        _runtime_cache_estimate[0] = runtime_s
-    cache = _runtime_cache
-    out: list[float] = []
+def _expected_releases(running: Sequence[RunningJob], now_s: float,
+                       runtime_s: RuntimeEstimate) -> list[tuple[float, Mapping[str, int]]]:
+    """(expected end, accelerators per node) of each running job, as ``expected_end_s`` gives.
+
+    Remembered across decisions: the running set changes by a job or two between
+    reservations, a job's estimate not at all, and its expected end only when reached.
+    """
+    global _end_cache
+    if _end_cache_estimate[0] != runtime_s or len(_end_cache) > 4 * len(running) + 1024:
+        _end_cache = {}
+        _end_cache_estimate[0] = runtime_s
+    cache = _end_cache
+    out: list[tuple[float, Mapping[str, int]]] = []
     for r in running:
-        hit = cache.get(id(r))
-        if hit is None or hit[0] is not r:
-            hit = cache[id(r)] = (r, runtime_s(r.job, r.placement.iteration_time_s))
-        out.append(hit[1])
+        entry = cache.get(id(r))
+        if entry is None or entry[0] is not r:
+            runtime = runtime_s(r.job, r.placement.iteration_time_s)
+            entry = cache[id(r)] = [r, runtime, expected_end_s(r, now_s, runtime)]
+        elif entry[2] <= now_s:
+            entry[2] = expected_end_s(r, now_s, entry[1])
+        out.append((entry[2], r.placement.node_counts))
     return out
 
 

@@ -3,13 +3,15 @@ dispatcher; they differ in the order they hand it and in the runtimes they belie
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any
+from itertools import chain
+from typing import Any, Iterable, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
-from asrpt.core.model import ClusterSnapshot, Decision, Job, Node
+from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, pending_by_id
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import id_sort_key
@@ -30,6 +32,20 @@ class OrderState:
     durations_by_user_s: dict[str, list[float]] = field(default_factory=dict)
     attained_gpu_s: dict[str, float] = field(default_factory=dict)
     last_now_s: float | None = None
+    #: Policies whose key never changes for a pending job object keep the queue sorted as jobs
+    #: come and go instead of sorting it at every decision. All derived, not serialised:
+    #: (key, job id) of every runnable pending job, in order;
+    sorted_queue: list[tuple[Any, str]] = field(default_factory=list)
+    #: the key each listed job was filed under, and the job object it was computed for;
+    key_of: dict[str, Any] = field(default_factory=dict)
+    seen: dict[str, Job] = field(default_factory=dict)
+    #: pending jobs no allowed partition can ever hold (listed last);
+    unrunnable: set[str] = field(default_factory=set)
+    #: the backend change log the list is up to date with, and where in it;
+    change_log: object = None
+    change_cursor: int = 0
+    #: bumped by every decision, so a lazy order knows when it went stale.
+    version: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +74,9 @@ class OrderedPolicy:
 
     name = "ordered"
     options = NO_HOLDS
+    #: True when ``key`` depends only on the job object (never on time or learned history):
+    #: the queue is then kept sorted incrementally.
+    static_key = False
 
     def __init__(self, speed: SpeedTable, options: DispatchOptions | None = None) -> None:
         self.speed = speed
@@ -88,9 +107,12 @@ class OrderedPolicy:
     def observe(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
         """Learn from jobs that left the running set since the last cycle."""
         running_now = {r.job.job_id for r in snapshot.running}
+        pending: Mapping[str, Job] | None = None
         for job_id in [j for j in state.running_since_s if j not in running_now]:
             start_s, group, user = state.running_since_s.pop(job_id)
-            if any(p.job_id == job_id for p in snapshot.pending):
+            if pending is None:
+                pending = pending_by_id(snapshot.pending)
+            if job_id in pending:
                 continue  # preempted, not finished
             for table, key in ((state.durations_by_group_s, group), (state.durations_by_user_s, user)):
                 if key:
@@ -106,8 +128,13 @@ class OrderedPolicy:
 
     def dispatch_queue(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
         """Order the pending jobs and hand them to the shared dispatcher."""
-        runnable = [j for j in snapshot.pending if not math.isinf(self.alpha_min(j, snapshot, state))]
-        queue = sorted(runnable, key=lambda j: self.key(j, snapshot, now_s, state))
+        if self.static_key:
+            pending = pending_by_id(snapshot.pending)
+            self._update_sorted_queue(snapshot, pending, now_s, state)
+            queue: Iterable[Job] = (pending[j] for _, j in state.sorted_queue)
+        else:
+            runnable = [j for j in snapshot.pending if not math.isinf(self.alpha_min(j, snapshot, state))]
+            queue = sorted(runnable, key=lambda j: self.key(j, snapshot, now_s, state))
         result = dispatch(
             queue,
             snapshot,
@@ -118,10 +145,18 @@ class OrderedPolicy:
             alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
             first_blocked_s=state.first_blocked_s,
         )
-        order = tuple(j.job_id for j in queue)
-        if len(order) < len(snapshot.pending):
-            listed = set(order)
-            order += tuple(j.job_id for j in snapshot.pending if j.job_id not in listed)
+        if self.static_key:
+            state.version += 1
+            version = state.version
+            order = LazyOrder(
+                lambda: tuple(j for _, j in state.sorted_queue) + tuple(sorted(state.unrunnable, key=id_sort_key)),
+                lambda: state.version == version,
+            )
+        else:
+            order = tuple(j.job_id for j in queue)
+            if len(order) < len(snapshot.pending):
+                listed = set(order)
+                order += tuple(j.job_id for j in snapshot.pending if j.job_id not in listed)
         return Decision(
             order=order,
             starts=tuple(result.starts),
@@ -129,6 +164,40 @@ class OrderedPolicy:
             reasons=result.reasons,
             wake_at_s=None if math.isinf(result.wake_at_s) else result.wake_at_s,
         )
+
+    def _update_sorted_queue(self, snapshot: ClusterSnapshot, pending: Mapping[str, Job], now_s: float,
+                             state: OrderState) -> None:
+        """File new and changed jobs under their key and drop those that left: from the
+        backend's change log when it keeps one, else by comparing every pending job."""
+        touched: Iterable[str] | None = None
+        if isinstance(snapshot.pending, PendingJobs):
+            changed, state.change_cursor = snapshot.pending.changes_since(state.change_log, state.change_cursor)
+            state.change_log = snapshot.pending.log
+            touched = None if changed is None else dict.fromkeys(changed)
+        else:
+            state.change_log = None
+        if touched is None:
+            touched = chain(pending, [j for j in state.seen if j not in pending])
+        for job_id in touched:
+            job = pending.get(job_id)
+            old = state.seen.get(job_id)
+            if job is old:
+                continue
+            if old is not None:
+                state.seen.pop(job_id)
+                state.unrunnable.discard(job_id)
+                key = state.key_of.pop(job_id, None)
+                if key is not None:
+                    at = bisect.bisect_left(state.sorted_queue, (key, job_id))
+                    del state.sorted_queue[at]
+            if job is None:
+                continue
+            state.seen[job_id] = job
+            if math.isinf(self.alpha_min(job, snapshot, state)):
+                state.unrunnable.add(job_id)
+                continue
+            key = state.key_of[job_id] = self.key(job, snapshot, now_s, state)
+            bisect.insort(state.sorted_queue, (key, job_id))
 
 
 def _arrival_key(job: Job) -> tuple[float, tuple[int, int, str]]:
@@ -139,6 +208,7 @@ class FifoPolicy(OrderedPolicy):
     """First come, first served; the head blocks (no backfill)."""
 
     name = "fifo"
+    static_key = True
     options = DispatchOptions(mode="strict", comm_heavy_tau=0.0)
 
     def key(self, job, snapshot, now_s, state):
@@ -149,6 +219,7 @@ class SjfOraclePolicy(OrderedPolicy):
     """Shortest true runtime (at the ideal placement) first: knows the future."""
 
     name = "sjf-oracle"
+    static_key = True
 
     def runtime_s(self, job: Job, iteration_time_s: float) -> float:
         return (job.true_iterations or 0.0) * iteration_time_s
@@ -161,6 +232,7 @@ class SpwfPolicy(OrderedPolicy):
     """Shortest predicted work first: accelerators x predicted iterations x alpha_min."""
 
     name = "spwf"
+    static_key = True
 
     def key(self, job, snapshot, now_s, state):
         n = job.predicted_iterations or 0.0

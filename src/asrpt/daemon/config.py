@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from asrpt import paths
 from asrpt.core.model import Partition
 from asrpt.exceptions import ConfigError
+from asrpt.serving.hardware import find_accelerator, known_accelerator_names
 from asrpt.slurm.cli_backend import SlurmBackendConfig
 
 DEFAULT_CONFIG_PATH = Path(paths.DEFAULT_CONFIG_PATH)
@@ -79,6 +80,19 @@ class WrapperSection:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingSection:
+    """``[serving]``: deployment plans for jobs that say ``#ASRPT serve-model=NAME``.
+
+    ``plan`` is one path or a list of paths, each a JSON file written by ``asrpt serving plan
+    --model NAME --json FILE`` (one model per file), or a directory whose ``*.json`` files are
+    such plans. A plan is read at start and re-read when its file changes; an unreadable plan
+    is logged and its model's jobs are scheduled as ordinary jobs. Empty: no serving plans.
+    """
+
+    plan: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionSection:
     """One ``[[slurm.partitions]]``: nodes of one accelerator type and one interconnect."""
 
@@ -89,6 +103,9 @@ class PartitionSection:
     #: For an accelerator the speed table lacks (an NPU): its speed relative to ``relative_to``.
     relative_speed: float | None = None
     relative_to: str = "a100"
+    #: The serving tools' name of this accelerator (``a100-80gb``, ``a100-40gb``...), to match
+    #: a serving plan's machine types; default: ``accelerator`` looked up among their aliases.
+    serving_accelerator: str | None = None
 
     def partition(self) -> Partition:
         return Partition(
@@ -108,6 +125,7 @@ class DaemonConfig:
     scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     spool: SpoolSection = field(default_factory=SpoolSection)
     wrapper: WrapperSection = field(default_factory=WrapperSection)
+    serving: ServingSection = field(default_factory=ServingSection)
     #: ``[[slurm.partitions]]`` as written (with the relative speeds the backend does not need).
     partitions: tuple[PartitionSection, ...] = ()
     #: Where it was read from (for messages).
@@ -120,6 +138,7 @@ _SECTIONS: dict[str, type] = {
     "scheduler": SchedulerSection,
     "spool": SpoolSection,
     "wrapper": WrapperSection,
+    "serving": ServingSection,
 }
 _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("daemon", "policy"): POLICY_NAMES,
@@ -162,6 +181,12 @@ def parse_config(document: Mapping[str, Any], environ: Mapping[str, str], source
     parts = tuple(
         _build(PartitionSection, dict(p), f"[[slurm.partitions]] #{i + 1}", source) for i, p in enumerate(raw_partitions)
     )
+    for i, part in enumerate(parts):
+        if part.serving_accelerator is not None and find_accelerator(part.serving_accelerator) is None:
+            raise ConfigError(
+                f"{source}: [[slurm.partitions]] #{i + 1} serving_accelerator = {part.serving_accelerator!r} is not "
+                f"an accelerator the serving tools know; known: {', '.join(known_accelerator_names())}"
+            )
     names = [p.name for p in parts]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: partition names must be unique, got {names}")

@@ -5,7 +5,8 @@ wrapper's ``#ASRPT`` directives (workload class, parallel layout, the user's ite
 and, from past runs, a predicted iteration count. This module is the loop's ``Predictions``
 step for the daemon: it ingests the spool, records every job it sees, predicts new jobs once
 (the prediction is stored, so a restart does not re-predict), and raises the prediction of a
-running job that outlives it.
+running job that outlives it. A pending LLM serving job (``#ASRPT serve-model=NAME``) is then
+placed by its model's serving plan (:mod:`asrpt.daemon.serving`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig, RunningJob
+from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import HistoryRepository, SubmissionRecord
 from asrpt.predict.predictor import raise_underestimate
 from asrpt.slurm.records import SlurmJob
@@ -34,6 +36,9 @@ class _Known:
     workload_class: str | None
     parallel: ParallelConfig | None
     group: str
+    #: ``#ASRPT serve-model=NAME``, and ``tp=N`` (None for ``tp=auto`` or no tp).
+    serve_model: str | None = None
+    serve_tensor: int | None = None
 
 
 class HistoryEnrichment:
@@ -45,12 +50,14 @@ class HistoryEnrichment:
         slurm_jobs: Callable[[], Mapping[str, SlurmJob]],
         ingest: Callable[[Mapping[str, SlurmJob]], int] | None = None,
         model_version: Callable[[], str] = lambda: "none",
+        serving: ServingPlanner | None = None,
     ) -> None:
         self.repository = repository
         self.predict = predict
         self.slurm_jobs = slurm_jobs
         self.ingest = ingest
         self.model_version = model_version
+        self.serving = serving
         self._known: dict[str, _Known] = {}
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
@@ -62,7 +69,9 @@ class HistoryEnrichment:
         live = {j.job_id for j in everyone}
         for job_id in [j for j in self._known if j not in live]:
             del self._known[job_id]
-        pending = tuple(self._enriched(job) for job in snapshot.pending)
+        if self.serving is not None:
+            self.serving.begin_cycle(snapshot, live)
+        pending = tuple(self._served(self._enriched(job)) for job in snapshot.pending)
         running = tuple(self._raised(r, now_s) for r in snapshot.running)
         return replace(snapshot, pending=pending, running=running)
 
@@ -79,7 +88,7 @@ class HistoryEnrichment:
         for job in new_jobs:
             submission = self.repository.get_submission(job.job_id)
             if submission is None or submission.source == "wrapper" and submission.accelerators is None:
-                submission = self._record_from_slurm(job, slurm.get(job.job_id))
+                submission = self._record_from_slurm(job, slurm.get(job.job_id), submission)
             prediction = stored.get(job.job_id)
             if prediction is None:
                 to_predict.append((job, submission))
@@ -95,8 +104,21 @@ class HistoryEnrichment:
                 )
                 self._known[job.job_id] = self._known_from(submission, iterations, job)
 
-    def _record_from_slurm(self, job: Job, slurm_job: SlurmJob | None) -> SubmissionRecord:
-        """Every job gets a history row, wrapper or not: what Slurm itself reports."""
+    def _record_from_slurm(self, job: Job, slurm_job: SlurmJob | None, wrapper: SubmissionRecord | None = None) -> SubmissionRecord:
+        """Every job gets a history row, wrapper or not: what Slurm itself reports.
+
+        When the wrapper's record is already stored, what it says about the work is left to
+        it: Slurm's layout, class and group are only comment hints or defaults, and (Slurm
+        outranking the wrapper in the merge rule) they would replace the user's ``#ASRPT``
+        degrees and class and the script's recurrence group, or make a serving job's absent
+        ``tp`` look like an explicit ``tp=1``.
+        """
+        layout = wrapper is None or not (
+            wrapper.serve_model
+            or any(v is not None for v in (wrapper.parallel_data, wrapper.parallel_pipeline, wrapper.parallel_tensor, wrapper.micro_batches))
+        )
+        workload_class = job.workload_class if wrapper is None or wrapper.workload_class is None else None
+        group = (job.group or None) if wrapper is None or wrapper.recurrence_group is None else None
         record = SubmissionRecord(
             slurm_job_id=job.job_id,
             user=job.user or (slurm_job.user if slurm_job else "") or "unknown",
@@ -106,12 +128,12 @@ class HistoryEnrichment:
             partitions=slurm_job.partitions if slurm_job else job.allowed_partitions,
             accelerators=job.accelerators,
             accelerator_type=job.allowed_accelerators[0] if job.allowed_accelerators else None,
-            parallel_data=job.parallel.data,
-            parallel_pipeline=job.parallel.pipeline,
-            parallel_tensor=job.parallel.tensor,
-            micro_batches=job.parallel.micro_batches,
-            workload_class=job.workload_class,
-            recurrence_group=job.group or None,
+            parallel_data=job.parallel.data if layout else None,
+            parallel_pipeline=job.parallel.pipeline if layout else None,
+            parallel_tensor=job.parallel.tensor if layout else None,
+            micro_batches=job.parallel.micro_batches if layout else None,
+            workload_class=workload_class,
+            recurrence_group=group,
             time_limit_s=job.time_limit_s,
         )
         self.repository.record_submission(record)
@@ -124,7 +146,8 @@ class HistoryEnrichment:
         if d and p and t and d * p * t == job.accelerators:
             parallel = ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=submission.micro_batches or 1)
         group = submission.recurrence_group or submission.script_hash or job.group
-        return _Known(iterations, submission.workload_class, parallel, group or "")
+        serve_tensor = None if submission.parallel_tensor_auto else submission.parallel_tensor
+        return _Known(iterations, submission.workload_class, parallel, group or "", submission.serve_model, serve_tensor)
 
     def _enriched(self, job: Job) -> Job:
         known = self._known.get(job.job_id)
@@ -137,6 +160,18 @@ class HistoryEnrichment:
             parallel=known.parallel or job.parallel,
             group=known.group or job.group,
         )
+
+    def _served(self, job: Job) -> Job:
+        """A pending serving job restricted to its plan's partition, with the plan's layout."""
+        known = self._known.get(job.job_id)
+        if known is None or not known.serve_model or self.serving is None:
+            return job
+        return self.serving.apply(job, known.serve_model, known.serve_tensor)
+
+    @property
+    def serving_notes(self) -> dict[str, str]:
+        """Each pending serving job's placement note (for ``asrpt explain``)."""
+        return dict(self.serving.notes) if self.serving is not None else {}
 
     def _raised(self, running: RunningJob, now_s: float) -> RunningJob:
         """A running job past its prediction gets it raised (doubled until above what it has

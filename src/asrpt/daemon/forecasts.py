@@ -60,12 +60,14 @@ def forecast_records(
     job_names: Mapping[str, str] | None = None,
     job_users: Mapping[str, str] | None = None,
     job_partitions: Mapping[str, tuple[str, ...]] | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> list[ForecastRecord]:
     """Rows for every running and pending job of ``snapshot``, running jobs first.
 
     ``job_names``, ``job_users`` and ``job_partitions`` come from Slurm's view of the jobs
     (the scheduling core does not carry names); a job missing there falls back to what the
-    core knows.
+    core knows. ``notes`` are what the daemon decided before the policy (a serving job's
+    partition from its plan); a pending job's note follows the policy's reason.
     """
     names = job_names or {}
     users = job_users or {}
@@ -107,7 +109,7 @@ def forecast_records(
                 partition=None if f is None else f.partition,
                 virtual_remaining_s=remaining,
                 virtual_size_s=size,
-                reason=decision.reasons.get(job.job_id),
+                reason="; ".join(r for r in (decision.reasons.get(job.job_id), (notes or {}).get(job.job_id)) if r) or None,
             )
         )
     return rows

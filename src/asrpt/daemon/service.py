@@ -25,6 +25,7 @@ from asrpt.daemon.config import DaemonConfig
 from asrpt.daemon.enrich import HistoryEnrichment
 from asrpt.daemon.forecasts import forecast_records
 from asrpt.daemon.model import DaemonPredictor
+from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
 from asrpt.exceptions import AsrptError
 from asrpt.loop import SchedulingLoop
@@ -131,12 +132,20 @@ class Daemon:
         )
         self.policy = make_policy(config.daemon.policy, self.speed, policy_options(config))
         self.predictor = DaemonPredictor(repository, unseen_policy=config.scheduler.unseen_policy)
+        self.serving = ServingPlanner(
+            config.serving.plan, {p.name: p.serving_accelerator for p in config.partitions}
+        )
+        try:
+            self.serving.refresh()  # logs unusable plans at start
+        except Exception:  # never fatal: each cycle tries again
+            log.exception("reading the serving plans failed")
         self.enrichment = HistoryEnrichment(
             repository,
             self.predictor.predict,
             slurm_jobs=lambda: self.backend.jobs,
             ingest=self._ingest_spool,
             model_version=lambda: self.predictor.version,
+            serving=self.serving,
         )
         self.state_key = f"policy:{self.policy.name}"
         saved = repository.load_state(self.state_key)
@@ -206,6 +215,7 @@ class Daemon:
                 job_names={job_id: sj.name for job_id, sj in slurm_jobs.items()},
                 job_users={job_id: sj.user for job_id, sj in slurm_jobs.items()},
                 job_partitions={job_id: sj.partitions for job_id, sj in slurm_jobs.items()},
+                notes=self.enrichment.serving_notes,
             )
         except Exception:  # the forecast view must never break a cycle
             log.exception("building the forecast rows failed")
@@ -287,6 +297,15 @@ class Daemon:
         return alpha_s
 
     def _admin_comment(self, job_id: str, decision: Decision) -> str | None:
+        """asrpt's AdminComment text for ``job_id``: the ETA, and a serving job's chosen
+        tensor-parallel degree (``serve tp=2``), which its script can read at start."""
+        text = self._eta_text(job_id, decision)
+        choice = self.serving.choices.get(job_id)
+        if choice is None:
+            return text
+        return f"{text} serve tp={choice.tensor}" if text else f"serve tp={choice.tensor}"
+
+    def _eta_text(self, job_id: str, decision: Decision) -> str | None:
         """The ETA for ``job_id``; the forecast is made once per cycle, on the first ask."""
         if self._pending_forecast is None or self._pending_forecast[0] is not decision:
             self._pending_forecast = (decision, 0.0)

@@ -113,6 +113,10 @@ class Submission(Base):
     source: Mapped[str] = mapped_column(String(16))
     #: The user's ``#ASRPT iterations=N`` statement, if any.
     iterations_hint: Mapped[float | None] = mapped_column(Float)
+    #: ``#ASRPT serve-model=NAME``: the LLM a serving job serves, as the user wrote it.
+    serve_model: Mapped[str | None] = mapped_column(String(128))
+    #: ``#ASRPT tp=auto``: the daemon picks the tensor-parallel degree from the serving plan.
+    parallel_tensor_auto: Mapped[bool | None] = mapped_column(Boolean)
     recorded_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
     outcome: Mapped[JobOutcome | None] = relationship(

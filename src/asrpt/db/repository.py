@@ -78,6 +78,10 @@ class SubmissionRecord:
     time_limit_s: float | None = None
     #: The user's own estimate of training iterations (``#ASRPT iterations=N``).
     iterations_hint: float | None = None
+    #: An LLM serving job's model (``#ASRPT serve-model=NAME``), as the user wrote it.
+    serve_model: str | None = None
+    #: ``#ASRPT tp=auto``: True; None when the user did not ask (never False).
+    parallel_tensor_auto: bool | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -843,6 +847,8 @@ def _submission_record(row: Submission) -> SubmissionRecord:
         command=row.command,
         time_limit_s=row.time_limit_s,
         iterations_hint=row.iterations_hint,
+        serve_model=row.serve_model,
+        parallel_tensor_auto=row.parallel_tensor_auto,
     )
 
 

@@ -32,9 +32,13 @@ The sbatch semantics below were checked against Slurm 22.05 (Debian 12), option 
 
 ``#ASRPT`` lines (same position rules as ``#SBATCH``, followed by whitespace) carry
 ``key=value`` words: ``model``, ``class``, ``parallel=DxPxT`` or ``dp``/``pp``/``tp``,
-``micro_batches`` and ``iterations``. A bad value is ignored with a warning that names the
-directive; nothing in them can raise a job's priority by itself (see
-:mod:`asrpt.submit_wrapper.ingest`).
+``micro_batches``, ``iterations`` and, for an LLM serving job, ``serve-model=NAME`` with
+``tp=auto`` (the daemon picks the tensor-parallel degree and the partition from the
+deployment optimiser's plan) or ``tp=N``. A bad value is ignored with a warning that names
+the directive; nothing in them can raise a job's priority by itself (see
+:mod:`asrpt.submit_wrapper.ingest`). The serving model's name is recorded as given: whether
+asrpt knows the model is the daemon's question (it says so in its log and schedules the job
+as an ordinary one), never a reason to touch the submission.
 
 Start-up matters (the wrapper runs on every submission): this module imports nothing, uses
 string methods rather than regular expressions (each compiled pattern costs start-up time)
@@ -315,9 +319,11 @@ ASRPT_KEYS: dict[str, str] = {
     "tp": "parallel_tensor",
     "micro_batches": "micro_batches",
     "iterations": "iterations",
+    "serve-model": "serve_model",
 }
 #: Other spellings accepted for a key.
 ASRPT_KEY_ALIASES: dict[str, str] = {
+    "serve_model": "serve-model",
     "model_name": "model",
     "workload_class": "class",
     "microbatches": "micro_batches",
@@ -333,7 +339,11 @@ ASRPT_FIELDS = (
     "parallel_tensor",
     "micro_batches",
     "iterations",
+    "serve_model",
+    "parallel_tensor_auto",
 )
+#: ``tp=auto``: the daemon chooses the tensor-parallel degree (from the serving plan).
+TP_AUTO = "auto"
 _NAME_PUNCTUATION = frozenset("_.:/+@-")
 _NUMBER_CHARS = frozenset("0123456789.eE+")
 _MAX_NAME = 128
@@ -385,7 +395,7 @@ def parse_asrpt_words(words: list[str], where: str) -> tuple[dict[str, object], 
             known = ", ".join(sorted(ASRPT_KEYS))
             warnings.append(f"{where}: #ASRPT {shown}: unknown key {_shorten(key)!r} (known: {known}); ignored")
             continue
-        if target in ("model", "workload_class"):
+        if target in ("model", "workload_class", "serve_model"):
             if _is_name(value):
                 fields[target] = value
             else:
@@ -397,18 +407,25 @@ def parse_asrpt_words(words: list[str], where: str) -> tuple[dict[str, object], 
             degrees = [_positive_int(part, _MAX_DEGREE) for part in value.lower().split("x")]
             if len(degrees) == 3 and None not in degrees:
                 fields["parallel_data"], fields["parallel_pipeline"], fields["parallel_tensor"] = degrees
+                fields.pop("parallel_tensor_auto", None)
             else:
                 warnings.append(
                     f"{where}: #ASRPT {shown}: expected data x pipeline x tensor degrees, "
                     "positive integers like parallel=2x2x4; ignored"
                 )
+        elif target == "parallel_tensor" and value.lower() == TP_AUTO:
+            fields["parallel_tensor_auto"] = True
+            fields.pop("parallel_tensor", None)
         elif target in ("parallel_data", "parallel_pipeline", "parallel_tensor", "micro_batches"):
             limit = _MAX_MICRO_BATCHES if target == "micro_batches" else _MAX_DEGREE
             number = _positive_int(value, limit)
             if number is None:
-                warnings.append(f"{where}: #ASRPT {shown}: expected a positive integer up to {limit}; ignored")
+                auto = ", or auto" if target == "parallel_tensor" else ""
+                warnings.append(f"{where}: #ASRPT {shown}: expected a positive integer up to {limit}{auto}; ignored")
             else:
                 fields[target] = number
+                if target == "parallel_tensor":
+                    fields.pop("parallel_tensor_auto", None)
         else:  # iterations
             parsed = _positive_number(value, _MAX_ITERATIONS)
             if parsed is None:
@@ -416,6 +433,16 @@ def parse_asrpt_words(words: list[str], where: str) -> tuple[dict[str, object], 
             else:
                 fields[target] = int(parsed) if parsed.is_integer() else parsed
     return fields, warnings
+
+
+def merge_asrpt_fields(into: dict[str, object], fields: dict[str, object]) -> None:
+    """Add one line's fields to those of earlier lines: a later value wins, and a later
+    ``tp=N`` (or ``parallel=``) cancels an earlier ``tp=auto`` and the other way round."""
+    if "parallel_tensor" in fields:
+        into.pop("parallel_tensor_auto", None)
+    if "parallel_tensor_auto" in fields:
+        into.pop("parallel_tensor", None)
+    into.update(fields)
 
 
 def _shorten(text: str, limit: int = 60) -> str:
@@ -471,6 +498,7 @@ def _scan(text: str, info: ScriptInfo) -> None:
         info.shebang = lines[0].rstrip(_WHITESPACE)
     scratch = ArgvInfo()
     index = 0
+    auto_where = ""
     for index, line in enumerate(lines):
         stripped = line.strip(_WHITESPACE)
         if not stripped:
@@ -502,13 +530,20 @@ def _scan(text: str, info: ScriptInfo) -> None:
                 info.warnings.append(f"{where}: #ASRPT line has an {trouble}; ignored")
                 continue
             fields, warnings = parse_asrpt_words(words, where)
-            info.asrpt.update(fields)
+            merge_asrpt_fields(info.asrpt, fields)
+            if "parallel_tensor_auto" in fields:
+                auto_where = where
             info.warnings.extend(warnings)
             for key in sorted(fields):
                 info.header_lines.append(f"asrpt {key}={fields[key]}")
     else:
         index = len(lines)
     info.body_start = index
+    if info.asrpt.get("parallel_tensor_auto") and "serve_model" not in info.asrpt:
+        info.warnings.append(
+            f"{auto_where}: #ASRPT tp=auto has an effect only on a serving job (add #ASRPT serve-model=NAME); "
+            "recorded, but the job keeps its own layout"
+        )
     for late in range(index, len(lines)):
         if _is_keyword_line(lines[late], "#ASRPT"):
             info.warnings.append(

@@ -26,6 +26,8 @@ job id (:func:`accept_record`). Hence:
   ``#ASRPT`` lines of an honest submission anyway, so writing a record by hand gains nothing
   that the wrapper would not have recorded. (Whether the predictor should believe a user's
   ``iterations`` hint is the predictor's business, judged against that user's history.)
+  ``serve-model`` and ``tp=auto`` only narrow where a serving job may run (the daemon picks
+  the partition from the admin's serving plan, among those Slurm lets the job use).
 
 Life of a record: the wrapper writes ``spool/<name>.json``; :func:`read_spool` parses it (a
 malformed or oversized file is moved to ``spool/rejected/`` and logged); the daemon asks
@@ -120,6 +122,10 @@ class SpoolRecord:
     micro_batches: int | None = None
     #: ``#ASRPT iterations=N``: the user's estimate of training iterations.
     iterations_hint: float | None = None
+    #: ``#ASRPT serve-model=NAME``: the LLM a serving job serves, as the user wrote it.
+    serve_model: str | None = None
+    #: ``#ASRPT tp=auto``: True; None when not given (never False).
+    parallel_tensor_auto: bool | None = None
     #: ``#SBATCH`` and command-line options of the first component, as the wrapper parsed them.
     sbatch_options: Mapping[str, Any] = field(default_factory=dict)
     script_args: tuple[str, ...] = ()
@@ -349,6 +355,7 @@ def parse_record(
     text = _get(script, "text", str)
     truncated = _get(script, "truncated", bool)
     values = {key: _positive_int(asrpt, key) for key in _ASRPT_INT_FIELDS}
+    tensor_auto = _get(asrpt, "parallel_tensor_auto", bool)
     return SpoolRecord(
         path=path,
         owner_uid=owner_uid,
@@ -370,6 +377,8 @@ def parse_record(
         model_name=_opt_str(asrpt, "model", 256),
         workload_class=_opt_str(asrpt, "workload_class", 256),
         iterations_hint=None if iterations is None else float(iterations),
+        serve_model=_opt_str(asrpt, "serve_model", 256),
+        parallel_tensor_auto=True if tensor_auto else None,
         sbatch_options=dict(sbatch_options),
         script_args=_str_tuple(directives.get("script_args"), "script_args"),
         het_components=het if het is not None and het >= 1 else 1,
@@ -499,6 +508,8 @@ def to_submission_record(record: SpoolRecord) -> Any:
         recurrence_group=record.recurrence_group,
         command=record.command,
         iterations_hint=record.iterations_hint,
+        serve_model=record.serve_model,
+        parallel_tensor_auto=record.parallel_tensor_auto,
     )
 
 

@@ -585,6 +585,8 @@ def to_submission_record(
         command=record.wrap_command,
         time_limit_s=record.time_limit_s,
         iterations_hint=float(iterations) if isinstance(iterations, (int, float)) and not isinstance(iterations, bool) else None,
+        serve_model=str_field("serve_model"),
+        parallel_tensor_auto=True if asrpt.get("parallel_tensor_auto") is True else None,
     )
 
 

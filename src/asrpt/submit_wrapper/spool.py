@@ -39,6 +39,9 @@ A record (format version 1; every string is UTF-8, undecodable bytes replaced)::
         "asrpt": {"model": "llama-7b", "workload_class": "llm", "parallel_data": 2,
                   "parallel_pipeline": 2, "parallel_tensor": 4, "micro_batches": 8,
                   "iterations": 100000},
+                                         # a serving job: "serve_model": "llama-2-7b" (as
+                                         # the user wrote it) and "parallel_tensor_auto": true
+                                         # for tp=auto (instead of "parallel_tensor")
         "warnings": [],                  # what the user was warned about
         "problems": []                   # what the parser did not understand
       },

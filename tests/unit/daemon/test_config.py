@@ -31,6 +31,17 @@ def test_an_explicit_missing_file_is_an_error(tmp_path):
         ({"slurm": {"priority_floor": 5}}, "priority_floor"),
         ({"slurm": {"use_sacct": "maybe"}}, "use_sacct must be bool"),
         ({"database": {"url": 5}}, "url must be str"),
+        ({"serving": {"plans": "/etc/asrpt/plan.json"}}, "unknown key 'plans' in \\[serving\\]; valid keys: plan$"),
+        ({"serving": {"plan": 5}}, "\\[serving\\] plan must be tuple"),
+        ({"serving": "plan.json"}, "\\[serving\\] must be a table"),
+        (
+            {"slurm": {"partitions": [{"name": "a", "accelerator": "a100", "serving_accelerator": "a100-81gb"}]}},
+            "serving_accelerator = 'a100-81gb' is not an accelerator the serving tools know; known: a100-80gb, a100-40gb",
+        ),
+        (
+            {"slurm": {"partitions": [{"name": "a", "accelerator": "a100", "serving_acelerator": "a100-40gb"}]}},
+            "unknown key 'serving_acelerator' in \\[\\[slurm.partitions\\]\\] #1; valid keys: .*serving_accelerator",
+        ),
     ],
 )
 def test_bad_documents_get_clear_errors(document, message):
@@ -60,3 +71,22 @@ def test_unreadable_toml_names_the_file(tmp_path):
     path.write_text("[daemon\n")
     with pytest.raises(ConfigError, match="asrpt.toml: cannot read"):
         load_config(path, environ={})
+
+
+def test_serving_plans_one_path_a_list_or_the_environment(tmp_path):
+    assert parse_config({}, {}).serving.plan == ()
+    one = parse_config({"serving": {"plan": "/etc/asrpt/llama2-7b.json"}}, {})
+    assert one.serving.plan == ("/etc/asrpt/llama2-7b.json",)
+    several = parse_config({"serving": {"plan": ["/etc/asrpt/a.json", "/etc/asrpt/plans"]}}, {})
+    assert several.serving.plan == ("/etc/asrpt/a.json", "/etc/asrpt/plans")
+    env = parse_config({"serving": {"plan": "/x.json"}}, {"ASRPT_SERVING_PLAN": "/a.json,/b.json"})
+    assert env.serving.plan == ("/a.json", "/b.json")
+
+
+def test_a_partition_may_name_its_serving_accelerator():
+    config = parse_config(
+        {"slurm": {"partitions": [{"name": "a100", "accelerator": "a100", "serving_accelerator": "A100-40GB"},
+                                  {"name": "h100", "accelerator": "h100"}]}},
+        {},
+    )
+    assert [p.serving_accelerator for p in config.partitions] == ["A100-40GB", None]

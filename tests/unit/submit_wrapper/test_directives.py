@@ -208,6 +208,19 @@ ASRPT_CASES = [
     ("#ASRPT =3", {}, 1, "#ASRPT =3 is not key=value"),
     ("#ASRPT model=ok dp=x tp=2", {"model": "ok", "parallel_tensor": 2}, 1, "#ASRPT dp=x"),
     ('#ASRPT model="unterminated', {}, 1, "unmatched"),
+    # serving jobs: the model is recorded as given (known to asrpt or not: the daemon judges)
+    ("#ASRPT serve-model=llama-2-7b tp=auto", {"serve_model": "llama-2-7b", "parallel_tensor_auto": True}, 0, ""),
+    ("#ASRPT serve_model=meta-llama/Llama-2-7b-hf tp=AUTO", {"serve_model": "meta-llama/Llama-2-7b-hf", "parallel_tensor_auto": True}, 0, ""),
+    ("#ASRPT serve-model=no-such-model tp=2", {"serve_model": "no-such-model", "parallel_tensor": 2}, 0, ""),
+    ("#ASRPT serve-model=llama-2-7b", {"serve_model": "llama-2-7b"}, 0, ""),
+    ("#ASRPT serve-model=x tp=auto tp=4", {"serve_model": "x", "parallel_tensor": 4}, 0, ""),
+    ("#ASRPT serve-model=x tp=4 tp=auto", {"serve_model": "x", "parallel_tensor_auto": True}, 0, ""),
+    ("#ASRPT serve-model=x tp=auto parallel=1x1x2", {"serve_model": "x", "parallel_data": 1, "parallel_pipeline": 1, "parallel_tensor": 2}, 0, ""),
+    ("#ASRPT serve-model=x tp=0", {"serve_model": "x"}, 1, "expected a positive integer up to 1000000, or auto"),
+    ("#ASRPT serve-model=x tp=automatic", {"serve_model": "x"}, 1, "#ASRPT tp=automatic"),
+    ('#ASRPT serve-model="two words"', {}, 1, "#ASRPT serve-model=two words"),
+    ("#ASRPT serve-model=", {}, 1, "#ASRPT serve-model="),
+    ("#ASRPT tp=auto", {"parallel_tensor_auto": True}, 1, "tp=auto has an effect only on a serving job"),
 ]
 
 
@@ -219,6 +232,21 @@ def test_asrpt_directives(line, fields, n_warnings, fragment):
     for warning in info.warnings:
         assert warning.startswith("line 2: ")
         assert fragment in warning
+
+
+def test_tp_on_a_later_line_replaces_an_earlier_one():
+    auto_then_four = scan_script("#!/bin/sh\n#ASRPT serve-model=x tp=auto\n#ASRPT tp=4\ntrue\n")
+    assert auto_then_four.asrpt == {"serve_model": "x", "parallel_tensor": 4}
+    four_then_auto = scan_script("#!/bin/sh\n#ASRPT parallel=2x1x4\n#ASRPT serve-model=x tp=auto\ntrue\n")
+    assert four_then_auto.asrpt == {"serve_model": "x", "parallel_data": 2, "parallel_pipeline": 1, "parallel_tensor_auto": True}
+    assert four_then_auto.warnings == []
+
+
+def test_serving_directives_change_the_recurrence_group():
+    plain = recurrence_text("#!/bin/sh\nsrun ./serve.sh\n")
+    served = recurrence_text("#!/bin/sh\n#ASRPT serve-model=llama-2-7b tp=auto\nsrun ./serve.sh\n")
+    other = recurrence_text("#!/bin/sh\n#ASRPT serve-model=llama-2-13b tp=auto\nsrun ./serve.sh\n")
+    assert len({plain, served, other}) == 3
 
 
 def test_asrpt_must_be_followed_by_a_blank():

@@ -160,6 +160,9 @@ BAD_DOCUMENTS = {
     "bad-source": record_document(script={"source": "network"}),
     "argv-not-strings": record_document(argv=[1, 2]),
     "huge-model": record_document(directives={"asrpt": {"model": "m" * 300}}),
+    "huge-serve-model": record_document(directives={"asrpt": {"serve_model": "m" * 300}}),
+    "serve-model-number": record_document(directives={"asrpt": {"serve_model": 7}}),
+    "tp-auto-string": record_document(directives={"asrpt": {"parallel_tensor_auto": "yes"}}),
 }
 
 
@@ -302,6 +305,40 @@ def test_an_accepted_record_goes_into_the_history_repository(spool_dir, tmp_path
     assert stored.recurrence_group == "b" * 64 and stored.script_hash == "a" * 64
     assert stored.iterations_hint == 1000.0 and stored.command == "job.sh a"
     assert stored.submit_time_s == pytest.approx(record.spooled_at_s)
+
+
+def test_a_serving_record_goes_into_the_history_repository(spool_dir, tmp_path):
+    """serve-model and tp=auto travel spool -> SpoolRecord -> SubmissionRecord -> SQLite, and a
+    later Slurm record of the same job (more trusted) keeps them."""
+    from asrpt.db.migrate import upgrade_engine
+    from asrpt.db.repository import HistoryRepository, SubmissionRecord
+    from asrpt.db.session import make_engine
+
+    serving = {"serve_model": "Llama-2-7b-HF", "parallel_tensor_auto": True, "workload_class": "llm"}
+    put(spool_dir, "r.json", record_document("43", directives={"asrpt": serving}), uid=NOBODY.pw_uid)
+    put(spool_dir, "s.json", record_document("44", directives={"asrpt": {"serve_model": "not-a-model", "parallel_tensor": 2}}), uid=NOBODY.pw_uid)
+    put(spool_dir, "t.json", record_document("45", directives={"asrpt": {"parallel_tensor_auto": False}}), uid=NOBODY.pw_uid)
+    records = {r.slurm_job_id: r for r in read_spool(spool_dir)}
+    assert (records["43"].serve_model, records["43"].parallel_tensor_auto) == ("Llama-2-7b-HF", True)
+    assert records["45"].parallel_tensor_auto is None  # False means "not asked": never stored as False
+    engine = make_engine(f"sqlite:///{tmp_path / 'history.db'}", create=True)
+    try:
+        upgrade_engine(engine)
+        repository = HistoryRepository(engine)
+        for record in records.values():
+            assert accept_record(record, lambda job: "nobody")
+            repository.record_submission(to_submission_record(record))
+        repository.record_submission(
+            SubmissionRecord(slurm_job_id="43", user="nobody", submit_time_s=1.7e9, source="slurm", accelerators=4, parallel_tensor=1)
+        )
+        stored = {job_id: repository.get_submission(job_id) for job_id in ("43", "44", "45")}
+    finally:
+        engine.dispose()
+    assert stored["43"] is not None and stored["43"].source == "slurm"
+    assert (stored["43"].serve_model, stored["43"].parallel_tensor_auto, stored["43"].accelerators) == ("Llama-2-7b-HF", True, 4)
+    assert stored["44"] is not None
+    assert (stored["44"].serve_model, stored["44"].parallel_tensor, stored["44"].parallel_tensor_auto) == ("not-a-model", 2, None)
+    assert stored["45"] is not None and (stored["45"].serve_model, stored["45"].parallel_tensor_auto) == (None, None)
 
 
 # ---- two real users -------------------------------------------------------------------------

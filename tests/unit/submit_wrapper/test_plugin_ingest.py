@@ -220,6 +220,34 @@ def test_the_submission_record_carries_slurms_identity_and_the_scripts_features(
     assert row.script_hash == hashlib.sha256(SCRIPT.encode()).hexdigest() and row.recurrence_group
 
 
+SERVING_SCRIPT = "#!/bin/bash\n#SBATCH --gres=gpu:a100:4\n#ASRPT serve-model=llama-2-7b tp=auto\nsrun ./serve\n"
+
+
+@pytest.mark.parametrize("truncated", [False, True], ids=["whole-script", "plugin-words"])
+def test_a_serving_job_reaches_the_history_row_as_the_wrappers_does(tmp_path, truncated):
+    """Parity: the plugin path carries serve-model and tp=auto into the same columns as the
+    wrapper path, from the whole script or from the words the plugin kept of a cut one."""
+    doc = document(script=SERVING_SCRIPT, asrpt_directives=["serve-model=llama-2-7b", "tp=auto"])
+    if truncated:
+        doc["script"] = {**doc["script"], "text": SERVING_SCRIPT[:20], "truncated": True}
+    record = parsed(doc)
+    assert record.asrpt_fields() == directives.scan_script(SERVING_SCRIPT).asrpt
+    row = to_submission_record(record, "7", slurm_job("7", node_count=1))
+    assert (row.serve_model, row.parallel_tensor_auto, row.parallel_tensor) == ("llama-2-7b", True, None)
+    repository = _repository(tmp_path)
+    try:
+        repository.record_submission(row)
+        stored = repository.get_submission("7")
+    finally:
+        repository.close()
+    assert stored is not None and (stored.serve_model, stored.parallel_tensor_auto) == ("llama-2-7b", True)
+
+
+def test_a_training_job_has_no_serving_fields():
+    row = to_submission_record(parsed(document()), "7", slurm_job("7"))
+    assert (row.serve_model, row.parallel_tensor_auto) == (None, None)
+
+
 @pytest.mark.parametrize(
     ("tres", "expected"),
     [

@@ -359,6 +359,20 @@ def test_garbage_asrpt_directives_warn_once_naming_them(tmp_path, spool):
     assert len(record["directives"]["warnings"]) == 4
 
 
+def test_a_serving_job_is_recorded_as_given_even_for_a_model_asrpt_does_not_know(tmp_path, spool):
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:4\n#ASRPT serve-model=no-such-llm tp=auto\nsrun ./serve\n")
+    env = base_env(tmp_path, spool)
+    result = run_wrapper([str(script)], env)
+    direct = run_stub([str(script)], env)
+    assert result.returncode == direct.returncode == 0 and parse_job_id(result.stdout)
+    assert result.stderr == b""  # the wrapper does not judge the model: no warning, no change
+    [record] = records(spool)
+    assert record["argv"] == [str(script)]
+    assert record["directives"]["asrpt"] == {"serve_model": "no-such-llm", "parallel_tensor_auto": True}
+    assert record["directives"]["warnings"] == []
+
+
 def test_several_problems_still_make_one_line(tmp_path, job_script):
     spool = tmp_path / "missing-spool"
     (tmp_path / "asrpt.toml").write_text('[wrapper]\nreal_sbtach = "/x"\n')

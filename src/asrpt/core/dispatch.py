@@ -212,15 +212,54 @@ def _with_free(node: Node, free: int) -> Node:
     return node if node.accelerators_free == free else replace(node, accelerators_free=free)
 
 
-@dataclass(slots=True)
+class _ReservedPlace:
+    """Where the blocked head goes at its reserved start: Heavy-Edge on the capacity expected
+    then, worked out on first use. Only a backfill candidate that would still be running at
+    that time needs it; most reservations are never asked."""
+
+    __slots__ = ("head", "future", "partitions", "speed", "_result")
+
+    def __init__(self, head: Job, future: FreeCapacity, partitions: Sequence[Partition], speed: SpeedTable) -> None:
+        self.head, self.future, self.partitions, self.speed = head, future, partitions, speed
+        self._result: tuple[str, dict[str, int]] | None = None
+
+    def result(self) -> tuple[str, dict[str, int]]:
+        """(partition, accelerators per node left beside the head there)."""
+        if self._result is None:
+            placement = best_placement(self.head, self.future.nodes(), self.partitions, self.speed)
+            assert placement is not None, "a reservation is made only where the head fits"
+            spare = {n.name: n.accelerators_free for n in self.future.nodes() if n.partition == placement.partition}
+            for name, count in placement.node_counts.items():
+                spare[name] -= count
+            self._result = (placement.partition, spare)
+        return self._result
+
+
 class _Reservation:
     """The blocked head's promised start: its placement at the shadow time."""
 
-    job_id: str
-    start_s: float
-    partition: str
-    #: Accelerators per node that later jobs may still use without delaying the head.
-    spare_by_node: dict[str, int]
+    __slots__ = ("job_id", "start_s", "_place", "_spare")
+
+    def __init__(self, job_id: str, start_s: float, place: _ReservedPlace) -> None:
+        self.job_id = job_id
+        self.start_s = start_s
+        self._place = place
+        self._spare: dict[str, int] | None = None
+
+    @property
+    def partition(self) -> str:
+        return self._place.result()[0]
+
+    @property
+    def spare_by_node(self) -> dict[str, int]:
+        """Accelerators per node that later jobs may still use without delaying the head
+        (this decision's own copy: starts that run past the shadow time take from it)."""
+        if self._spare is None:
+            self._spare = dict(self._place.result()[1])
+        return self._spare
+
+    def copy(self) -> "_Reservation":
+        return _Reservation(self.job_id, self.start_s, self._place)
 
 
 def _reserve(
@@ -246,8 +285,7 @@ def _reserve(
         cached = _last_reservation
         if cached is not None and now_s < cached[1] and _same_inputs(cached[0], key):
             found = cached[2]
-            copy = None if found is None else _Reservation(found.job_id, found.start_s, found.partition, dict(found.spare_by_node))
-            return copy, cached[1]
+            return (None if found is None else found.copy()), cached[1]
     releases = _expected_releases(snapshot.running, now_s, runtime_s)
     releases += [(end_s, p.node_counts) for p, end_s in started]
     releases.sort(key=lambda item: item[0])
@@ -255,7 +293,9 @@ def _reserve(
     future = free.copy()
     # Count what each allowed partition gets back (cheap) and hand the nodes back only once
     # one could hold the head: a wide head may wait for dozens of ends.
-    room = {name: future.free_by_partition.get(name, 0) for name in future.allowed_names(snapshot.partitions, head)}
+    # Where best_placement can put the head: allowed partitions of an accelerator we can time.
+    placeable = tuple(p.name for p in snapshot.partitions if head.allows(p) and speed.knows(p.accelerator))
+    room = {name: future.free_by_partition.get(name, 0) for name in placeable}
     g = head.accelerators
     returned: list[Mapping[str, int]] = []
     for end_s, counts in releases:
@@ -271,20 +311,16 @@ def _reserve(
         for each in returned:
             future.give(each)
         returned.clear()
-        if not future.fits(snapshot.partitions, head):
-            continue
-        placement = best_placement(head, future.nodes(), snapshot.partitions, speed)
-        if placement is not None:
-            spare = {n.name: n.accelerators_free for n in future.nodes() if n.partition == placement.partition}
-            for name, count in placement.node_counts.items():
-                spare[name] -= count
-            found = _Reservation(head.job_id, end_s, placement.partition, spare)
+        # Heavy-Edge places a gang wherever its partition has that many free, so the head
+        # starts here; where exactly is worked out only if someone asks.
+        if any(future.free_by_partition.get(name, 0) >= g for name in placeable):
+            found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
             break
     valid_until_s = releases[0][0] if releases else math.inf
     if key is not None:
         _last_reservation = (key, valid_until_s, found)
         if found is not None:
-            found = _Reservation(found.job_id, found.start_s, found.partition, dict(found.spare_by_node))
+            found = found.copy()
     return found, valid_until_s
 
 
@@ -485,10 +521,9 @@ def _walk(
             if reservation is not None:
                 result.reasons.note(
                     blocked_head.job_id,
-                    "waiting for {} accelerators; reserved on {} from t={:.0f}s",
+                    "waiting for {0} accelerators; reserved on {1.partition} from t={1.start_s:.0f}s",
                     blocked_head.accelerators,
-                    reservation.partition,
-                    reservation.start_s,
+                    reservation,
                 )
         capacity = free
         if reservation is not None and now_s + runtime_s(job, alpha_min_s(job)) > reservation.start_s:

@@ -108,6 +108,22 @@ class CycleStats:
     forecast_failures: int = 0
 
 
+class _ServingHolds:
+    """The policy as the daemon's loop sees it: its decisions, plus asrpt's holds on the
+    serving jobs that their plan confines and that do not start now
+    (:meth:`ServingPlanner.hold_confined`)."""
+
+    def __init__(self, policy: Any, serving: ServingPlanner) -> None:
+        self.policy = policy
+        self.serving = serving
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+    def decide(self, snapshot: Any, now_s: float, state: Any) -> Decision:
+        return self.serving.hold_confined(self.policy.decide(snapshot, now_s, state))
+
+
 class Daemon:
     def __init__(
         self,
@@ -151,7 +167,8 @@ class Daemon:
         saved = repository.load_state(self.state_key)
         state = self.policy.restore_state(saved) if saved else self.policy.new_state()
         self.loop = SchedulingLoop(
-            backend=self.backend, clock=self.clock, policy=self.policy, predictions=self.enrichment, state=state
+            backend=self.backend, clock=self.clock, policy=_ServingHolds(self.policy, self.serving),
+            predictions=self.enrichment, state=state,
         )
         self.stats = CycleStats()
         #: Per-iteration time of each running job's placement, for outcomes without iterations.

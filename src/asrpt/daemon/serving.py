@@ -20,7 +20,12 @@ files in ``[serving] plan``; for each pending serving job the daemon then
    job's accelerators are fixed, so this is the most throughput for them); partitions of the
    same machine type tie and are all kept;
 5. restricts the core job to those partitions and their accelerator type, and gives it the
-   layout ``ParallelConfig(data=g / t, tensor=t)``: g / t serving instances of t ranks.
+   layout ``ParallelConfig(data=g / t, tensor=t)``: g / t serving instances of t ranks;
+6. holds the job in Slurm (asrpt's own hold, see :meth:`ServingPlanner.hold_confined`) while
+   it does not start and Slurm could start it in a partition the plan left out: Slurm knows
+   nothing of the restriction, and with the priority asrpt gives the job it would start it
+   on the first free node of any partition the job named (a 70B model on V100s it does not
+   fit on). When the policy starts it, the hold is released with the node list pinned.
 
 A job whose model has no plan, or none of whose partitions matches the plan, is scheduled as
 an ordinary job; the daemon logs one warning per job naming the job and the model. A plan
@@ -44,7 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig
+from asrpt.core.model import ClusterSnapshot, Decision, Job, ParallelConfig
 from asrpt.exceptions import ConfigError
 from asrpt.serving.hardware import canonical_accelerator_name
 from asrpt.serving.models import canonical_model_name, find_model, known_model_names
@@ -411,6 +416,9 @@ class ServingPlanner:
         self.notes: dict[str, str] = {}
         #: Each placed serving job's choice (pending, and running ones placed earlier).
         self.choices: dict[str, ServingChoice] = {}
+        #: This cycle's pending serving jobs that Slurm could start in a partition their plan
+        #: left out, with those partitions (:meth:`hold_confined` holds them unless started).
+        self.confined: dict[str, tuple[str, ...]] = {}
         self._signature: tuple[Any, ...] | None = None
         self._options: list[PartitionOption] = []
         self._warned: set[tuple[str, str]] = set()
@@ -452,6 +460,7 @@ class ServingPlanner:
         except Exception:  # the plans must never break a cycle
             log.exception("reading the serving plans failed")
         self._options = partition_options(snapshot, self.serving_accelerators)
+        self.confined = {}
         live = set(live_job_ids)
         self.notes = {k: v for k, v in self.notes.items() if k in live}
         self.choices = {k: v for k, v in self.choices.items() if k in live}
@@ -476,10 +485,36 @@ class ServingPlanner:
             return job
         self.choices[job.job_id] = choice
         self.notes[job.job_id] = choice.note
+        # Partitions Slurm may use for the job (big enough for it) that the plan left out.
+        left_out = tuple(
+            o.name for o in self._options
+            if o.name in job.allowed_partitions and o.name not in choice.partitions
+            and (o.total_accelerators is None or o.total_accelerators >= job.accelerators)
+        )
+        if left_out:
+            self.confined[job.job_id] = left_out
         if (job.job_id, choice.note) not in self._warned:
             self._warned.add((job.job_id, choice.note))
             log.info("job %s: %s", job.job_id, choice.note, extra={"action": "serving_choice", "job_id": job.job_id})
         return serving_job(job, choice)
+
+    def hold_confined(self, decision: Decision) -> Decision:
+        """``decision`` plus an asrpt hold on each confined serving job it does not start.
+
+        Released (with the pin) by the cycle whose decision starts it, or as soon as it is no
+        longer confined (its plan changed, or it became an ordinary job).
+        """
+        starting = {p.job_id for p in decision.starts}
+        held = [j for j in self.confined if j not in starting and j not in decision.holds]
+        if not held:
+            return decision
+        reasons = dict(decision.reasons)
+        for job_id in held:
+            choice = self.choices[job_id]
+            why = (f"held by asrpt until it can start in partition {','.join(choice.partitions)} "
+                   f"(Slurm alone could start it in {','.join(self.confined[job_id])})")
+            reasons[job_id] = f"{reasons[job_id]}; {why}" if reasons.get(job_id) else why
+        return replace(decision, holds=(*decision.holds, *held), reasons=reasons)
 
     def _plan_for(self, job_id: str, model: str) -> ServingPlan:
         plan = self.plans.get(canonical_model_name(model))

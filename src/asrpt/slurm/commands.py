@@ -36,12 +36,14 @@ def version() -> list[str]:
 
 
 def squeue_jobs() -> list[str]:
-    """Every job slurmctld holds, as JSON, in one call.
+    """Every job slurmctld holds, as JSON, in one call, finished ones included.
 
-    22.05 includes finished jobs (for MinJobAge) whatever the filters say, 24.11 only pending
-    and running ones by default: the parser keeps both and the backend filters by state.
+    22.05 lists finished jobs (kept for MinJobAge) whatever the filters say; 24.11 lists only
+    pending and running ones unless asked for every state, and a job that starts and ends
+    between two cycles would then never be seen finishing (nor matched to its job_submit.lua
+    record). The parser keeps all states; the backend filters.
     """
-    return ["squeue", "--json"]
+    return ["squeue", "--json", "--states=all"]
 
 
 def nodes_query(slurm_version: Sequence[int]) -> list[str]:

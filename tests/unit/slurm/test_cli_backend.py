@@ -90,7 +90,7 @@ class FakeSlurm:
         if self.down:
             return RunResult(argv, Outcome.UNREACHABLE, 1, "", "Unable to contact slurm controller (connect failure)", 9.0)
         out = ""
-        if argv == ("squeue", "--json"):
+        if argv == ("squeue", "--json", "--states=all"):
             out = json.dumps(self.doc)
         elif argv in (("sinfo", "--json"), ("scontrol", "show", "node", "--json")):
             out = self.nodes_text

@@ -11,7 +11,7 @@ from asrpt.slurm.parsing import SACCT_FIELDS
 
 
 def test_read_commands():
-    assert commands.squeue_jobs() == ["squeue", "--json"]
+    assert commands.squeue_jobs() == ["squeue", "--json", "--states=all"]
     assert commands.version() == ["scontrol", "--version"]
     assert commands.nodes_query((22, 5, 8)) == ["sinfo", "--json"]
     assert commands.nodes_query((23, 2, 0)) == ["scontrol", "show", "node", "--json"]

@@ -341,3 +341,25 @@ def test_without_plans_configured_serving_jobs_are_ordinary(caplog):
         assert planner.apply(job, "llama-2-7b", None) is job
     [warning] = _serving_warnings(caplog)
     assert "no serving plans are configured ([serving] plan)" in warning
+
+
+def test_a_confined_serving_job_is_held_unless_the_decision_starts_it(tmp_path):
+    """Slurm knows nothing of the plan: a serving job that named a partition the plan left out
+    (and that could hold it) is held by asrpt while it waits, released by the start."""
+    from asrpt.core.model import Decision, Placement
+
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(plan_document()))
+    planner = ServingPlanner([str(path)])
+    planner.begin_cycle(_snapshot(), ["42", "7"])
+    planner.apply(_job("42"), "llama-2-7b", None)  # a100 chosen; v100 (8 in all) could take 4
+    assert planner.confined == {"42": ("v100",)}
+    waiting = planner.hold_confined(Decision(order=("7", "42"), reasons={"42": "waiting for 4 accelerators"}))
+    assert waiting.holds == ("42",)
+    assert waiting.reasons["42"].startswith("waiting for 4 accelerators; held by asrpt until it can start in partition a100")
+    start = Placement(job_id="42", partition="a100", worker_nodes=("a100-0",) * 4, iteration_time_s=1.0)
+    starting = Decision(order=("42",), starts=(start,))
+    assert planner.hold_confined(starting) is starting  # nothing to add: the start pins it
+    planner.begin_cycle(_snapshot(), ["42"])
+    planner.apply(_job("42", accelerators=12), "llama-2-7b", None)  # 12 > v100's 8: nothing to fear
+    assert planner.confined == {}

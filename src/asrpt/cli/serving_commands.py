@@ -93,6 +93,9 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     route.add_argument("--table", type=Path, metavar="OUT_MD", help="also write the table to this file")
     route.add_argument("--plot", type=Path, metavar="OUT_PNG", help="plot throughput and TTFT p99 against rate")
     route.set_defaults(func=run_route_sim)
+
+    from asrpt.cli.serving_router_commands import add_router_parser  # `serving router`: the live HTTP proxy
+    add_router_parser(commands)
     return serving
 
 

@@ -420,7 +420,7 @@ def _virtual_lines(row: Any) -> list[str]:
     if remaining <= 0:
         return [
             f"  virtual remaining work: 0 of {size:,.0f} s; virtually complete, it waits in the dispatch queue "
-            "in virtual-completion order"
+            "(by predicted work, or as [scheduler] queue_order says)"
         ]
     return [
         f"  virtual remaining work: {remaining:,.0f} of {size:,.0f} s on the virtual single machine; it becomes "

@@ -21,7 +21,7 @@ POLICY_NAMES = ("asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "
 TRACE_FORMAT_NAMES = ("pai", "philly", "gavel", "sia", "csv", "sacct")
 PREDICTOR_NAMES = ("oracle", "history", "rf")
 DISPATCH_MODES = ("strict", "backfill", "greedy")
-QUEUE_ORDERS = ("virtual_completion", "remaining")
+QUEUE_ORDERS = ("work", "virtual_completion", "remaining")
 VIRTUAL_MACHINES = ("cluster", "pool")
 
 #: Jobs the demo replays by default: enough for the afternoon queue to form, quick to run.
@@ -57,7 +57,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
     parser.add_argument("--strict", action="store_true", help="fail on the first bad trace row instead of skipping it")
     parser.add_argument("--mode", choices=DISPATCH_MODES, default="backfill", help="A-SRPT dispatch mode")
-    parser.add_argument("--queue-order", choices=QUEUE_ORDERS, default="virtual_completion")
+    parser.add_argument(
+        "--queue-order",
+        choices=QUEUE_ORDERS,
+        default="work",
+        help="A-SRPT's queue Q: virtually completed jobs by predicted work (default), in virtual completion order "
+        "(the paper), or every released job by remaining virtual work",
+    )
     parser.add_argument(
         "--virtual-machine",
         choices=VIRTUAL_MACHINES,

@@ -51,7 +51,8 @@ class DatabaseSection:
 @dataclass(frozen=True, slots=True)
 class SchedulerSection:
     mode: str = "backfill"
-    queue_order: str = "virtual_completion"
+    #: ``work`` (Q by predicted work), ``virtual_completion`` (the paper) or ``remaining``.
+    queue_order: str = "work"
     comm_heavy_ratio: float = 1.5
     comm_heavy_tau: float = 0.1
     #: Jobs examined behind the first blocked one per cycle (like Slurm's bf_max_job_test).
@@ -143,7 +144,7 @@ _SECTIONS: dict[str, type] = {
 _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("daemon", "policy"): POLICY_NAMES,
     ("scheduler", "mode"): ("strict", "backfill", "greedy"),
-    ("scheduler", "queue_order"): ("virtual_completion", "remaining"),
+    ("scheduler", "queue_order"): ("work", "virtual_completion", "remaining"),
     ("scheduler", "virtual_machine"): ("cluster", "pool"),
     ("scheduler", "unseen_policy"): ("zero", "fallback", "model"),
 }

@@ -1,9 +1,12 @@
 """A-SRPT policy: order, oracle/unseen treatment, and a restart that continues the same schedule."""
 
 import json
+from dataclasses import replace
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig
 from asrpt.core.policies import POLICIES, make_policy
@@ -103,3 +106,63 @@ def test_restart_at_every_cycle_changes_nothing(name):
     plain = simulate(jobs, partitions, nodes, make_policy(name, SPEED), GroupHistoryPredictions(), keep_events=True)
     restarted = simulate(jobs, partitions, nodes, RestartingPolicy(make_policy(name, SPEED)), GroupHistoryPredictions(), keep_events=True)
     assert plain.events == restarted.events
+
+
+def _both_virtually_complete_snapshot():
+    """'big' (100 s) completes on the virtual machine at t=100, 'small' (10 s, submitted at
+    t=200) at t=210: by t=2000 both are in Q, big first in virtual completion order."""
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    jobs = (flat_job("big", 1, 100.0), flat_job("small", 1, 10.0, submit_s=200.0))
+    return ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=jobs)
+
+
+@pytest.mark.parametrize(("queue_order", "first"), [("work", "small"), ("virtual_completion", "big")])
+def test_queue_order_decides_which_virtually_complete_job_starts(queue_order, first):
+    policy = ASRPTPolicy(flat_speed_table(), ASRPTOptions(queue_order=queue_order))
+    decision = policy.decide(_both_virtually_complete_snapshot(), 2000.0, policy.new_state())
+    assert [p.job_id for p in decision.starts] == [first]
+    assert decision.order[0] == first
+
+
+def test_work_order_is_the_default():
+    assert ASRPTOptions().queue_order == "work"
+
+
+def test_work_order_never_starts_a_job_before_its_virtual_completion():
+    policy = ASRPTPolicy(flat_speed_table(), ASRPTOptions(queue_order="work"))
+    decision = policy.decide(_both_virtually_complete_snapshot(), 150.0, policy.new_state())
+    # at t=150 only big has completed virtually; small is not even submitted
+    assert [p.job_id for p in decision.starts] == ["big"]
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    late = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(flat_job("long", 1, 500.0),))
+    state = policy.new_state()
+    assert policy.decide(late, 499.0, state).starts == ()
+    assert [p.job_id for p in policy.decide(late, 500.0, state).starts] == ["long"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(
+        st.tuples(st.integers(1, 4), st.sampled_from([5.0, 10.0, 20.0, 40.0]), st.integers(0, 300)),
+        min_size=1,
+        max_size=25,
+    ),
+    now_s=st.integers(0, 1500),
+)
+def test_work_order_is_q_sorted_by_predicted_work_ties_by_virtual_completion(sizes, now_s):
+    """Same Q as the paper's order (the gating is unchanged), re-ordered by g x n x alpha_min."""
+    partition, free_nodes = partition_nodes("gpu", "gpu", count=2, per_node=4)
+    busy = tuple(replace(n, accelerators_free=0) for n in free_nodes)
+    jobs = tuple(flat_job(str(i), g, n, submit_s=float(t)) for i, (g, n, t) in enumerate(sizes))
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=busy, pending=jobs)
+    speed = flat_speed_table()
+    paper = ASRPTPolicy(speed, ASRPTOptions(queue_order="virtual_completion"))
+    paper_state = paper.new_state()
+    paper.decide(snapshot, float(now_s), paper_state)
+    by_work = ASRPTPolicy(speed, ASRPTOptions(queue_order="work"))
+    decision = by_work.decide(snapshot, float(now_s), by_work.new_state())
+    q = list(paper_state.queue)
+    work = {j.job_id: j.accelerators * j.true_iterations for j in jobs}
+    expected = sorted(q, key=lambda j: (work[j], q.index(j)))
+    assert tuple(decision.order)[: len(q)] == tuple(expected)
+    assert sorted(decision.order) == sorted(j.job_id for j in jobs)  # no job lost

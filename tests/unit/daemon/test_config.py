@@ -9,6 +9,7 @@ from asrpt.exceptions import ConfigError
 def test_defaults_without_a_file(tmp_path):
     config = parse_config({}, {})
     assert config.daemon.interval_s == 30.0 and config.scheduler.mode == "backfill"
+    assert config.scheduler.queue_order == "work"
     assert config.database.url.startswith("sqlite:")
 
 
@@ -23,6 +24,7 @@ def test_an_explicit_missing_file_is_an_error(tmp_path):
         ({"daemon": {"intervall_s": 5}}, "unknown key 'intervall_s' in \\[daemon\\]; valid keys: http_bind, interval_s"),
         ({"deamon": {}}, "unknown section \\[deamon\\]; valid sections: daemon, database"),
         ({"scheduler": {"mode": "fast"}}, "mode = 'fast' is not one of strict, backfill, greedy"),
+        ({"scheduler": {"queue_order": "size"}}, "queue_order = 'size' is not one of work, virtual_completion, remaining"),
         ({"daemon": {"interval_s": "soon"}}, "interval_s must be float"),
         ({"daemon": {"interval_s": -1}}, "interval_s must be >= 0"),
         ({"slurm": {"partitions": [{"name": "a100"}]}}, "missing required key\\(s\\): accelerator"),

@@ -3,7 +3,6 @@ dispatcher; they differ in the order they hand it and in the runtimes they belie
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from dataclasses import dataclass, field, replace
@@ -11,6 +10,7 @@ from itertools import chain
 from typing import Any, Iterable, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.keyed_queue import KeyedQueue
 from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, pending_by_id
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.speed import SpeedTable
@@ -34,10 +34,9 @@ class OrderState:
     last_now_s: float | None = None
     #: Policies whose key never changes for a pending job object keep the queue sorted as jobs
     #: come and go instead of sorting it at every decision. All derived, not serialised:
-    #: (key, job id) of every runnable pending job, in order;
-    sorted_queue: list[tuple[Any, str]] = field(default_factory=list)
-    #: the key each listed job was filed under, and the job object it was computed for;
-    key_of: dict[str, Any] = field(default_factory=dict)
+    #: every runnable pending job under its key, in order;
+    sorted_queue: KeyedQueue = field(default_factory=KeyedQueue)
+    #: the job object each listed job's key was computed for;
     seen: dict[str, Job] = field(default_factory=dict)
     #: pending jobs no allowed partition can ever hold (listed last);
     unrunnable: set[str] = field(default_factory=set)
@@ -131,7 +130,7 @@ class OrderedPolicy:
         if self.static_key:
             pending = pending_by_id(snapshot.pending)
             self._update_sorted_queue(snapshot, pending, now_s, state)
-            queue: Iterable[Job] = (pending[j] for _, j in state.sorted_queue)
+            queue: Iterable[Job] = (pending[j] for j in state.sorted_queue)
         else:
             runnable = [j for j in snapshot.pending if not math.isinf(self.alpha_min(j, snapshot, state))]
             queue = sorted(runnable, key=lambda j: self.key(j, snapshot, now_s, state))
@@ -149,7 +148,7 @@ class OrderedPolicy:
             state.version += 1
             version = state.version
             order = LazyOrder(
-                lambda: tuple(j for _, j in state.sorted_queue) + tuple(sorted(state.unrunnable, key=id_sort_key)),
+                lambda: state.sorted_queue.ids() + tuple(sorted(state.unrunnable, key=id_sort_key)),
                 lambda: state.version == version,
             )
         else:
@@ -186,18 +185,14 @@ class OrderedPolicy:
             if old is not None:
                 state.seen.pop(job_id)
                 state.unrunnable.discard(job_id)
-                key = state.key_of.pop(job_id, None)
-                if key is not None:
-                    at = bisect.bisect_left(state.sorted_queue, (key, job_id))
-                    del state.sorted_queue[at]
+                state.sorted_queue.discard(job_id)
             if job is None:
                 continue
             state.seen[job_id] = job
             if math.isinf(self.alpha_min(job, snapshot, state)):
                 state.unrunnable.add(job_id)
                 continue
-            key = state.key_of[job_id] = self.key(job, snapshot, now_s, state)
-            bisect.insort(state.sorted_queue, (key, job_id))
+            state.sorted_queue.put(job_id, self.key(job, snapshot, now_s, state))
 
 
 def _arrival_key(job: Job) -> tuple[float, tuple[int, int, str]]:

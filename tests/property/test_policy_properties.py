@@ -105,10 +105,14 @@ def test_remembered_walks_and_reservations_change_no_schedule(data, policy_name,
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(data=st.data(), policy_name=st.sampled_from(["asrpt", "asrpt-strict", "asrpt-oracle"]))
+@given(
+    data=st.data(),
+    policy_name=st.sampled_from(["asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "multifactor"]),
+)
 def test_change_log_and_full_rescan_give_the_same_schedule(data, policy_name, monkeypatch):
-    """A-SRPT updates from the simulator's change log; handed plain tuples (as the daemon's
-    Slurm backend does) it rescans the queue instead. Both must schedule identically."""
+    """A-SRPT and the fixed-key baselines update from the simulator's change log; handed plain
+    tuples (as the daemon's Slurm backend does) they rescan the queue instead. Both must
+    schedule identically."""
     import asrpt.sim.engine as engine_module
     from asrpt.sim.cluster import SimCluster
 
@@ -125,3 +129,23 @@ def test_change_log_and_full_rescan_give_the_same_schedule(data, policy_name, mo
         patched.setattr(engine_module, "SimCluster", TupleSnapshots)
         rescanned = simulate(jobs, partitions, nodes, make_policy(policy_name, SPEED), GroupHistoryPredictions())
     assert _schedule(logged) == _schedule(rescanned)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), max_age_s=st.sampled_from([50.0, 400.0, 1500.0, 7 * 86400.0]))
+def test_multifactor_kept_queues_schedule_as_a_full_sort_by_priority(data, max_age_s):
+    """Multifactor keeps its uncapped and capped jobs sorted and merges them by the current
+    priority; sorting every pending job by the priority formula at every decision (what Slurm
+    does) must give the same schedule, also while jobs cross the age cap."""
+    from asrpt.core.policies.baselines import MultifactorPolicy
+
+    class SortEveryDecision(MultifactorPolicy):
+        static_key = False
+
+    partitions, nodes = data.draw(clusters())
+    jobs = [j for j in data.draw(workloads(partitions)) if not math.isinf(alpha_min_s(j, partitions, nodes, SPEED))]
+    if not jobs:
+        return
+    kept = simulate(jobs, partitions, nodes, MultifactorPolicy(SPEED, max_age_s=max_age_s), GroupHistoryPredictions())
+    sorted_ = simulate(jobs, partitions, nodes, SortEveryDecision(SPEED, max_age_s=max_age_s), GroupHistoryPredictions())
+    assert _schedule(kept) == _schedule(sorted_)

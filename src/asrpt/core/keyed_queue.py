@@ -38,6 +38,14 @@ class KeyedQueue:
         self._entries.clear()
         self._key_of.clear()
 
+    def first(self) -> tuple[Any, str] | None:
+        """The (key, id) that comes first, or None when empty."""
+        return self._entries[0] if self._entries else None
+
+    def items(self) -> Iterator[tuple[Any, str]]:
+        """(key, id) pairs in order."""
+        return iter(self._entries)
+
     def ids(self) -> tuple[str, ...]:
         return tuple(j for _, j in self._entries)
 

@@ -3,6 +3,7 @@ dispatcher; they differ in the order they hand it and in the runtimes they belie
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,12 @@ class OrderState:
     #: come and go instead of sorting it at every decision. All derived, not serialised:
     #: every runnable pending job under its key, in order;
     sorted_queue: KeyedQueue = field(default_factory=KeyedQueue)
+    #: multifactor only: jobs whose age factor reached its cap, by their (now fixed) priority,
+    #: and the uncapped ones by submit time (the next to reach the cap first); the cluster
+    #: size the keys were computed for;
+    capped: KeyedQueue = field(default_factory=KeyedQueue)
+    uncapped_by_submit: KeyedQueue = field(default_factory=KeyedQueue)
+    key_capacity: int = 0
     #: the job object each listed job's key was computed for;
     seen: dict[str, Job] = field(default_factory=dict)
     #: pending jobs no allowed partition can ever hold (listed last);
@@ -130,7 +137,7 @@ class OrderedPolicy:
         if self.static_key:
             pending = pending_by_id(snapshot.pending)
             self._update_sorted_queue(snapshot, pending, now_s, state)
-            queue: Iterable[Job] = (pending[j] for j in state.sorted_queue)
+            queue: Iterable[Job] = (pending[j] for j in self._queue_ids(now_s, state))
         else:
             runnable = [j for j in snapshot.pending if not math.isinf(self.alpha_min(j, snapshot, state))]
             queue = sorted(runnable, key=lambda j: self.key(j, snapshot, now_s, state))
@@ -148,7 +155,7 @@ class OrderedPolicy:
             state.version += 1
             version = state.version
             order = LazyOrder(
-                lambda: state.sorted_queue.ids() + tuple(sorted(state.unrunnable, key=id_sort_key)),
+                lambda: tuple(self._queue_ids(now_s, state)) + tuple(sorted(state.unrunnable, key=id_sort_key)),
                 lambda: state.version == version,
             )
         else:
@@ -185,14 +192,24 @@ class OrderedPolicy:
             if old is not None:
                 state.seen.pop(job_id)
                 state.unrunnable.discard(job_id)
-                state.sorted_queue.discard(job_id)
+                self._unfile(job_id, state)
             if job is None:
                 continue
             state.seen[job_id] = job
             if math.isinf(self.alpha_min(job, snapshot, state)):
                 state.unrunnable.add(job_id)
                 continue
-            state.sorted_queue.put(job_id, self.key(job, snapshot, now_s, state))
+            self._file(job, snapshot, now_s, state)
+
+    # How a fixed-key policy keeps its queue; multifactor overrides all three.
+    def _file(self, job: Job, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
+        state.sorted_queue.put(job.job_id, self.key(job, snapshot, now_s, state))
+
+    def _unfile(self, job_id: str, state: OrderState) -> None:
+        state.sorted_queue.discard(job_id)
+
+    def _queue_ids(self, now_s: float, state: OrderState) -> Iterable[str]:
+        return state.sorted_queue
 
 
 def _arrival_key(job: Job) -> tuple[float, tuple[int, int, str]]:
@@ -257,9 +274,16 @@ class QssfPolicy(OrderedPolicy):
 
 class MultifactorPolicy(OrderedPolicy):
     """Slurm's multifactor priority (age + job size, favouring large jobs as Slurm's default)
-    with EASY backfill on the users' requested time limits."""
+    with EASY backfill on the users' requested time limits.
+
+    The age factor grows at the same rate for every job until it reaches its cap, so the
+    order of the uncapped jobs never changes and neither does that of the capped ones: both
+    are kept sorted as jobs come and go and merged by the current priority at each decision
+    (no sort of the whole queue per event).
+    """
 
     name = "multifactor"
+    static_key = True
 
     def __init__(
         self,
@@ -278,10 +302,62 @@ class MultifactorPolicy(OrderedPolicy):
         return job.time_limit_s if job.time_limit_s is not None else math.inf
 
     def key(self, job, snapshot, now_s, state):
-        capacity = sum(n.accelerators_total for n in snapshot.nodes) or 1
-        age = min(max(now_s - job.submit_time_s, 0.0) / self.max_age_s, 1.0)
-        priority = self.weight_age * age + self.weight_size * job.accelerators / capacity
-        return (-priority, _arrival_key(job))
+        """(-priority at ``now_s``, arrival): the reference the kept queues must agree with."""
+        capacity = _capacity(snapshot)
+        if self._capped(job, now_s):
+            return self._capped_key(job, capacity)
+        static, arrival = self._uncapped_key(job, capacity)
+        return (static - self.weight_age * now_s / self.max_age_s, arrival)
+
+    def _capped(self, job: Job, now_s: float) -> bool:
+        return now_s - job.submit_time_s >= self.max_age_s
+
+    def _capped_key(self, job: Job, capacity: int) -> tuple[float, Any]:
+        return (-self.weight_age - self.weight_size * job.accelerators / capacity, _arrival_key(job))
+
+    def _uncapped_key(self, job: Job, capacity: int) -> tuple[float, Any]:
+        """-priority + weight_age x now / max_age: the same for every ``now`` before the cap."""
+        age_part = self.weight_age * job.submit_time_s / self.max_age_s
+        return (age_part - self.weight_size * job.accelerators / capacity, _arrival_key(job))
+
+    def decide(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
+        capacity = _capacity(snapshot)
+        if capacity != state.key_capacity:  # the cluster changed size: every size factor did
+            for table in (state.sorted_queue, state.capped, state.uncapped_by_submit):
+                table.clear()
+            state.seen.clear()
+            state.unrunnable.clear()
+            state.change_log = None
+            state.key_capacity = capacity
+        return super().decide(snapshot, now_s, state)
+
+    def _file(self, job: Job, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
+        self._file_at(job, now_s, state)
+
+    def _file_at(self, job: Job, now_s: float, state: OrderState) -> None:
+        if self._capped(job, now_s):
+            state.capped.put(job.job_id, self._capped_key(job, state.key_capacity))
+        else:
+            state.sorted_queue.put(job.job_id, self._uncapped_key(job, state.key_capacity))
+            state.uncapped_by_submit.put(job.job_id, job.submit_time_s)
+
+    def _unfile(self, job_id: str, state: OrderState) -> None:
+        for table in (state.sorted_queue, state.capped, state.uncapped_by_submit):
+            table.discard(job_id)
+
+    def _queue_ids(self, now_s: float, state: OrderState) -> Iterable[str]:
+        while (oldest := state.uncapped_by_submit.first()) is not None and now_s - oldest[0] >= self.max_age_s:
+            job_id = oldest[1]
+            self._unfile(job_id, state)
+            self._file_at(state.seen[job_id], now_s, state)
+        shift = self.weight_age * now_s / self.max_age_s
+        uncapped = ((static - shift, arrival, job_id) for (static, arrival), job_id in state.sorted_queue.items())
+        capped = ((key, arrival, job_id) for (key, arrival), job_id in state.capped.items())
+        return (job_id for _, _, job_id in heapq.merge(uncapped, capped))
+
+
+def _capacity(snapshot: ClusterSnapshot) -> int:
+    return sum(n.accelerators_total for n in snapshot.nodes) or 1
 
 
 class TiresiasPolicy(OrderedPolicy):

@@ -107,7 +107,7 @@ def test_remembered_walks_and_reservations_change_no_schedule(data, policy_name,
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
-    policy_name=st.sampled_from(["asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "multifactor"]),
+    policy_name=st.sampled_from(["asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "multifactor", "qssf"]),
 )
 def test_change_log_and_full_rescan_give_the_same_schedule(data, policy_name, monkeypatch):
     """A-SRPT and the fixed-key baselines update from the simulator's change log; handed plain
@@ -132,20 +132,26 @@ def test_change_log_and_full_rescan_give_the_same_schedule(data, policy_name, mo
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), max_age_s=st.sampled_from([50.0, 400.0, 1500.0, 7 * 86400.0]))
-def test_multifactor_kept_queues_schedule_as_a_full_sort_by_priority(data, max_age_s):
+@given(data=st.data(), policy_name=st.sampled_from(["multifactor", "qssf"]), max_age_s=st.sampled_from([50.0, 400.0, 1500.0, 7 * 86400.0]))
+def test_kept_queues_schedule_as_a_full_sort_every_decision(data, policy_name, max_age_s):
     """Multifactor keeps its uncapped and capped jobs sorted and merges them by the current
-    priority; sorting every pending job by the priority formula at every decision (what Slurm
-    does) must give the same schedule, also while jobs cross the age cap."""
-    from asrpt.core.policies.baselines import MultifactorPolicy
+    priority (also while jobs cross the age cap: ``max_age_s``); QSSF re-files only the jobs
+    of a group or user whose history grew. Sorting every pending job by the policy's key at
+    every decision must give the same schedule."""
+    from asrpt.core.policies.baselines import MultifactorPolicy, QssfPolicy
 
-    class SortEveryDecision(MultifactorPolicy):
-        static_key = False
+    def build(static_key):
+        if policy_name == "multifactor":
+            policy = MultifactorPolicy(SPEED, max_age_s=max_age_s)
+        else:
+            policy = QssfPolicy(SPEED, default_runtime_s=max_age_s)
+        policy.static_key = static_key
+        return policy
 
     partitions, nodes = data.draw(clusters())
     jobs = [j for j in data.draw(workloads(partitions)) if not math.isinf(alpha_min_s(j, partitions, nodes, SPEED))]
     if not jobs:
         return
-    kept = simulate(jobs, partitions, nodes, MultifactorPolicy(SPEED, max_age_s=max_age_s), GroupHistoryPredictions())
-    sorted_ = simulate(jobs, partitions, nodes, SortEveryDecision(SPEED, max_age_s=max_age_s), GroupHistoryPredictions())
+    kept = simulate(jobs, partitions, nodes, build(True), GroupHistoryPredictions())
+    sorted_ = simulate(jobs, partitions, nodes, build(False), GroupHistoryPredictions())
     assert _schedule(kept) == _schedule(sorted_)

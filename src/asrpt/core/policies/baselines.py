@@ -32,6 +32,12 @@ class OrderState:
     durations_by_group_s: dict[str, list[float]] = field(default_factory=dict)
     durations_by_user_s: dict[str, list[float]] = field(default_factory=dict)
     attained_gpu_s: dict[str, float] = field(default_factory=dict)
+    #: ("group" | "user", name) whose finished runtimes grew at the last ``observe``; derived.
+    history_changed: set[tuple[str, str]] = field(default_factory=set)
+    #: QSSF only: filed pending ids per group and per user, to re-key when history grows;
+    #: derived.
+    ids_by_group: dict[str, set[str]] = field(default_factory=dict)
+    ids_by_user: dict[str, set[str]] = field(default_factory=dict)
     last_now_s: float | None = None
     #: Policies whose key never changes for a pending job object keep the queue sorted as jobs
     #: come and go instead of sorting it at every decision. All derived, not serialised:
@@ -113,6 +119,7 @@ class OrderedPolicy:
     def observe(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
         """Learn from jobs that left the running set since the last cycle."""
         running_now = {r.job.job_id for r in snapshot.running}
+        state.history_changed.clear()
         pending: Mapping[str, Job] | None = None
         for job_id in [j for j in state.running_since_s if j not in running_now]:
             start_s, group, user = state.running_since_s.pop(job_id)
@@ -120,9 +127,10 @@ class OrderedPolicy:
                 pending = pending_by_id(snapshot.pending)
             if job_id in pending:
                 continue  # preempted, not finished
-            for table, key in ((state.durations_by_group_s, group), (state.durations_by_user_s, user)):
+            for kind, table, key in (("group", state.durations_by_group_s, group), ("user", state.durations_by_user_s, user)):
                 if key:
                     table.setdefault(key, []).append(now_s - start_s)
+                    state.history_changed.add((kind, key))
             state.alpha_min_cache_s.pop(job_id, None)
             state.attained_gpu_s.pop(job_id, None)
         for r in snapshot.running:
@@ -192,7 +200,7 @@ class OrderedPolicy:
             if old is not None:
                 state.seen.pop(job_id)
                 state.unrunnable.discard(job_id)
-                self._unfile(job_id, state)
+                self._unfile(old, state)
             if job is None:
                 continue
             state.seen[job_id] = job
@@ -200,13 +208,17 @@ class OrderedPolicy:
                 state.unrunnable.add(job_id)
                 continue
             self._file(job, snapshot, now_s, state)
+        self._refresh_keys(snapshot, now_s, state)
 
-    # How a fixed-key policy keeps its queue; multifactor overrides all three.
+    # How a fixed-key policy keeps its queue; multifactor and QSSF override them.
     def _file(self, job: Job, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
         state.sorted_queue.put(job.job_id, self.key(job, snapshot, now_s, state))
 
-    def _unfile(self, job_id: str, state: OrderState) -> None:
-        state.sorted_queue.discard(job_id)
+    def _unfile(self, job: Job, state: OrderState) -> None:
+        state.sorted_queue.discard(job.job_id)
+
+    def _refresh_keys(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
+        """Re-file jobs whose key changed although the job did not (learned history)."""
 
     def _queue_ids(self, now_s: float, state: OrderState) -> Iterable[str]:
         return state.sorted_queue
@@ -253,9 +265,14 @@ class SpwfPolicy(OrderedPolicy):
 
 class QssfPolicy(OrderedPolicy):
     """Helios' Quasi-Shortest-Service-First: accelerators x a runtime estimate from the
-    policy's own history of finished runs (group, then user, then a default)."""
+    policy's own history of finished runs (group, then user, then a default).
+
+    A job's key changes only when a run of its group or user finishes, so the queue is kept
+    sorted and only the pending jobs of a group or user whose history grew are re-filed.
+    """
 
     name = "qssf"
+    static_key = True
 
     def __init__(self, speed: SpeedTable, options: DispatchOptions | None = None, default_runtime_s: float = 3600.0):
         super().__init__(speed, options)
@@ -270,6 +287,28 @@ class QssfPolicy(OrderedPolicy):
 
     def key(self, job, snapshot, now_s, state):
         return (job.accelerators * self.estimate_s(job, state), _arrival_key(job))
+
+    def _file(self, job: Job, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
+        super()._file(job, snapshot, now_s, state)
+        state.ids_by_group.setdefault(job.group, set()).add(job.job_id)
+        state.ids_by_user.setdefault(job.user, set()).add(job.job_id)
+
+    def _unfile(self, job: Job, state: OrderState) -> None:
+        super()._unfile(job, state)
+        for index, name in ((state.ids_by_group, job.group), (state.ids_by_user, job.user)):
+            ids = index.get(name)
+            if ids is not None:
+                ids.discard(job.job_id)
+                if not ids:
+                    del index[name]
+
+    def _refresh_keys(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
+        stale: set[str] = set()
+        for kind, name in state.history_changed:
+            stale |= (state.ids_by_group if kind == "group" else state.ids_by_user).get(name, set())
+        for job_id in stale:
+            self._file(state.seen[job_id], snapshot, now_s, state)
+        state.history_changed.clear()
 
 
 class MultifactorPolicy(OrderedPolicy):
@@ -341,15 +380,15 @@ class MultifactorPolicy(OrderedPolicy):
             state.sorted_queue.put(job.job_id, self._uncapped_key(job, state.key_capacity))
             state.uncapped_by_submit.put(job.job_id, job.submit_time_s)
 
-    def _unfile(self, job_id: str, state: OrderState) -> None:
+    def _unfile(self, job: Job, state: OrderState) -> None:
         for table in (state.sorted_queue, state.capped, state.uncapped_by_submit):
-            table.discard(job_id)
+            table.discard(job.job_id)
 
     def _queue_ids(self, now_s: float, state: OrderState) -> Iterable[str]:
         while (oldest := state.uncapped_by_submit.first()) is not None and now_s - oldest[0] >= self.max_age_s:
-            job_id = oldest[1]
-            self._unfile(job_id, state)
-            self._file_at(state.seen[job_id], now_s, state)
+            job = state.seen[oldest[1]]
+            self._unfile(job, state)
+            self._file_at(job, now_s, state)
         shift = self.weight_age * now_s / self.max_age_s
         uncapped = ((static - shift, arrival, job_id) for (static, arrival), job_id in state.sorted_queue.items())
         capped = ((key, arrival, job_id) for (key, arrival), job_id in state.capped.items())

@@ -8,7 +8,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 from itertools import chain
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
@@ -34,10 +34,13 @@ class OrderState:
     attained_gpu_s: dict[str, float] = field(default_factory=dict)
     #: ("group" | "user", name) whose finished runtimes grew at the last ``observe``; derived.
     history_changed: set[tuple[str, str]] = field(default_factory=set)
-    #: QSSF only: filed pending ids per group and per user, to re-key when history grows;
-    #: derived.
-    ids_by_group: dict[str, set[str]] = field(default_factory=dict)
-    ids_by_user: dict[str, set[str]] = field(default_factory=dict)
+    #: QSSF only, derived: pending jobs by (history that sets their estimate, accelerators),
+    #: each bucket in arrival order; each job's bucket; the jobs that move to their group's
+    #: (user's) history once it has a finished run.
+    buckets: dict[tuple[str, str, int], KeyedQueue] = field(default_factory=dict)
+    bucket_of: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    waiting_for_group: dict[str, set[str]] = field(default_factory=dict)
+    waiting_for_user: dict[str, set[str]] = field(default_factory=dict)
     last_now_s: float | None = None
     #: Policies whose key never changes for a pending job object keep the queue sorted as jobs
     #: come and go instead of sorting it at every decision. All derived, not serialised:
@@ -267,8 +270,11 @@ class QssfPolicy(OrderedPolicy):
     """Helios' Quasi-Shortest-Service-First: accelerators x a runtime estimate from the
     policy's own history of finished runs (group, then user, then a default).
 
-    A job's key changes only when a run of its group or user finishes, so the queue is kept
-    sorted and only the pending jobs of a group or user whose history grew are re-filed.
+    Every pending job whose estimate comes from the same history (its group's, else its
+    user's, else the default) and that needs as many accelerators has the same key up to
+    arrival, so the queue is kept as such buckets in arrival order and merged by the current
+    estimates at each decision; a finished run re-files nothing unless it gives a group or
+    user its first history.
     """
 
     name = "qssf"
@@ -279,36 +285,73 @@ class QssfPolicy(OrderedPolicy):
         self.default_runtime_s = default_runtime_s
 
     def estimate_s(self, job: Job, state: OrderState) -> float:
-        for table, key in ((state.durations_by_group_s, job.group), (state.durations_by_user_s, job.user)):
-            seen = table.get(key) if key else None
-            if seen:
-                return statistics.median(seen[-20:])
-        return self.default_runtime_s
+        kind, name = self._source(job, state)
+        return self._estimate_from(kind, name, state)
 
     def key(self, job, snapshot, now_s, state):
         return (job.accelerators * self.estimate_s(job, state), _arrival_key(job))
 
+    @staticmethod
+    def _source(job: Job, state: OrderState) -> tuple[str, str]:
+        """Whose finished runs estimate the job: its group's, else its user's, else none."""
+        if job.group and state.durations_by_group_s.get(job.group):
+            return ("group", job.group)
+        if job.user and state.durations_by_user_s.get(job.user):
+            return ("user", job.user)
+        return ("default", "")
+
+    def _estimate_from(self, kind: str, name: str, state: OrderState) -> float:
+        if kind == "default":
+            return self.default_runtime_s
+        table = state.durations_by_group_s if kind == "group" else state.durations_by_user_s
+        return statistics.median(table[name][-20:])
+
     def _file(self, job: Job, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
-        super()._file(job, snapshot, now_s, state)
-        state.ids_by_group.setdefault(job.group, set()).add(job.job_id)
-        state.ids_by_user.setdefault(job.user, set()).add(job.job_id)
+        kind, name = self._source(job, state)
+        bucket = (kind, name, job.accelerators)
+        state.buckets.setdefault(bucket, KeyedQueue()).put(job.job_id, _arrival_key(job))
+        state.bucket_of[job.job_id] = bucket
+        if kind != "group" and job.group:
+            state.waiting_for_group.setdefault(job.group, set()).add(job.job_id)
+        if kind == "default" and job.user:
+            state.waiting_for_user.setdefault(job.user, set()).add(job.job_id)
 
     def _unfile(self, job: Job, state: OrderState) -> None:
-        super()._unfile(job, state)
-        for index, name in ((state.ids_by_group, job.group), (state.ids_by_user, job.user)):
-            ids = index.get(name)
+        bucket = state.bucket_of.pop(job.job_id, None)
+        if bucket is None:
+            return
+        queue = state.buckets[bucket]
+        queue.discard(job.job_id)
+        if not queue:
+            del state.buckets[bucket]
+        for waiting, name in ((state.waiting_for_group, job.group), (state.waiting_for_user, job.user)):
+            ids = waiting.get(name)
             if ids is not None:
                 ids.discard(job.job_id)
                 if not ids:
-                    del index[name]
+                    del waiting[name]
 
     def _refresh_keys(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> None:
-        stale: set[str] = set()
+        moving: set[str] = set()
         for kind, name in state.history_changed:
-            stale |= (state.ids_by_group if kind == "group" else state.ids_by_user).get(name, set())
-        for job_id in stale:
-            self._file(state.seen[job_id], snapshot, now_s, state)
+            moving |= (state.waiting_for_group if kind == "group" else state.waiting_for_user).get(name, set())
+        for job_id in moving:
+            job = state.seen[job_id]
+            self._unfile(job, state)
+            self._file(job, snapshot, now_s, state)
         state.history_changed.clear()
+
+    def _queue_ids(self, now_s: float, state: OrderState) -> Iterable[str]:
+        streams = [
+            _costed(job_accelerators * self._estimate_from(kind, name, state), queue)
+            for (kind, name, job_accelerators), queue in state.buckets.items()
+        ]
+        return (job_id for _, _, job_id in heapq.merge(*streams))
+
+
+def _costed(cost: float, queue: KeyedQueue) -> Iterator[tuple[float, Any, str]]:
+    """A bucket's jobs as (key, arrival, id), the tuple QSSF's ``key`` gives them."""
+    return ((cost, arrival, job_id) for arrival, job_id in queue.items())
 
 
 class MultifactorPolicy(OrderedPolicy):

@@ -384,23 +384,33 @@ class MultifactorPolicy(OrderedPolicy):
         return job.time_limit_s if job.time_limit_s is not None else math.inf
 
     def key(self, job, snapshot, now_s, state):
-        """(-priority at ``now_s``, arrival): the reference the kept queues must agree with."""
+        """(-priority at ``now_s``, arrival): the reference the kept queues must agree with.
+
+        Priorities are scaled by max_age x capacity so that whole-second submit times give
+        exact sums: jobs whose age and size factors balance exactly tie and go by arrival
+        instead of by the rounding of two quotients."""
         capacity = _capacity(snapshot)
         if self._capped(job, now_s):
             return self._capped_key(job, capacity)
         static, arrival = self._uncapped_key(job, capacity)
-        return (static - self.weight_age * now_s / self.max_age_s, arrival)
+        return (static - self._age_scale(capacity) * now_s, arrival)
 
     def _capped(self, job: Job, now_s: float) -> bool:
         return now_s - job.submit_time_s >= self.max_age_s
 
+    def _age_scale(self, capacity: int) -> float:
+        """Scaled priority per second of age."""
+        return self.weight_age * capacity
+
+    def _size_part(self, job: Job) -> float:
+        return self.weight_size * job.accelerators * self.max_age_s
+
     def _capped_key(self, job: Job, capacity: int) -> tuple[float, Any]:
-        return (-self.weight_age - self.weight_size * job.accelerators / capacity, _arrival_key(job))
+        return (-self._age_scale(capacity) * self.max_age_s - self._size_part(job), _arrival_key(job))
 
     def _uncapped_key(self, job: Job, capacity: int) -> tuple[float, Any]:
-        """-priority + weight_age x now / max_age: the same for every ``now`` before the cap."""
-        age_part = self.weight_age * job.submit_time_s / self.max_age_s
-        return (age_part - self.weight_size * job.accelerators / capacity, _arrival_key(job))
+        """-priority + age_scale x now (scaled): the same for every ``now`` before the cap."""
+        return (self._age_scale(capacity) * job.submit_time_s - self._size_part(job), _arrival_key(job))
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
         capacity = _capacity(snapshot)
@@ -432,7 +442,7 @@ class MultifactorPolicy(OrderedPolicy):
             job = state.seen[oldest[1]]
             self._unfile(job, state)
             self._file_at(job, now_s, state)
-        shift = self.weight_age * now_s / self.max_age_s
+        shift = self._age_scale(state.key_capacity) * now_s
         uncapped = ((static - shift, arrival, job_id) for (static, arrival), job_id in state.sorted_queue.items())
         capped = ((key, arrival, job_id) for (key, arrival), job_id in state.capped.items())
         return (job_id for _, _, job_id in heapq.merge(uncapped, capped))

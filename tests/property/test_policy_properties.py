@@ -107,7 +107,7 @@ def test_remembered_walks_and_reservations_change_no_schedule(data, policy_name,
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
-    policy_name=st.sampled_from(["asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "multifactor", "qssf"]),
+    policy_name=st.sampled_from(["asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "multifactor", "qssf", "tiresias"]),
 )
 def test_change_log_and_full_rescan_give_the_same_schedule(data, policy_name, monkeypatch):
     """A-SRPT and the fixed-key baselines update from the simulator's change log; handed plain

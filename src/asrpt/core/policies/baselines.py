@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
-from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, pending_by_id
+from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, RunningJob, pending_by_id
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import id_sort_key
@@ -454,9 +454,14 @@ def _capacity(snapshot: ClusterSnapshot) -> int:
 
 class TiresiasPolicy(OrderedPolicy):
     """Discretised 2D-LAS (Tiresias): queues by attained accelerator-seconds, FIFO inside a
-    queue, and running jobs of a lower queue are preempted for waiting jobs of a higher one."""
+    queue, and running jobs of a lower queue are preempted for waiting jobs of a higher one.
+
+    A waiting job attains nothing, so its key is fixed while it waits: the waiting queue is
+    kept sorted, and only the running jobs are sorted at each decision.
+    """
 
     name = "tiresias"
+    static_key = True
     options = DispatchOptions(mode="greedy", comm_heavy_tau=0.0)
 
     def __init__(
@@ -485,33 +490,40 @@ class TiresiasPolicy(OrderedPolicy):
         budget: dict[str, int] = {}
         for node in snapshot.nodes:
             budget[node.partition] = budget.get(node.partition, 0) + node.accelerators_total
-        everyone = [(self.key(r.job, snapshot, now_s, state), r.job, r) for r in snapshot.running]
-        everyone += [
-            (self.key(j, snapshot, now_s, state), j, None)
-            for j in snapshot.pending
-            if not math.isinf(self.alpha_min(j, snapshot, state))
-        ]
-        everyone.sort(key=lambda item: (item[0], item[2] is None))
-        # Walk by priority, charging each job to a partition: running jobs to their own, waiting
-        # jobs to the allowed partition with the most room. A running job that no longer fits
-        # its partition's budget is preempted, but only where a waiting job was charged: freeing
-        # accelerators nobody above it can use would only churn.
+        pending = pending_by_id(snapshot.pending)
+        self._update_sorted_queue(snapshot, pending, now_s, state)
+        running_jobs = sorted((self.key(r.job, snapshot, now_s, state), r) for r in snapshot.running)
+        left = len(running_jobs)
+        waiting = ((key, pending[job_id]) for key, job_id in state.sorted_queue.items())
+        # Walk by priority (keys are unique: they end in the job id), charging each job to a
+        # partition: running jobs to their own, waiting jobs to the allowed partition with the
+        # most room. A running job that no longer fits its partition's budget is preempted, but
+        # only where a waiting job was charged: freeing accelerators nobody above it can use
+        # would only churn.
         wanted: set[str] = set()
         displaced: list[tuple[str, str]] = []
-        for _key, job, running in everyone:
-            g = job.accelerators
-            if running is not None:
-                partition = running.placement.partition
+        free_total = sum(budget.values())
+        for _key, item in heapq.merge(running_jobs, waiting, key=lambda pair: pair[0]):
+            if isinstance(item, RunningJob):
+                left -= 1
+                g, partition = item.job.accelerators, item.placement.partition
                 if budget.get(partition, 0) >= g:
                     budget[partition] -= g
+                    free_total -= g
                 else:
-                    displaced.append((job.job_id, partition))
+                    displaced.append((item.job.job_id, partition))
                 continue
-            room = [(budget[p.name], p.name) for p in snapshot.partitions if job.allows(p) and budget.get(p.name, 0) >= g]
+            if free_total <= 0 or (left == 0 and all(p in wanted for _, p in displaced)):
+                break  # no waiting job can be charged any more, or none would change the outcome
+            g = item.accelerators
+            room = [(budget[p.name], p.name) for p in snapshot.partitions if item.allows(p) and budget.get(p.name, 0) >= g]
             if room:
                 _, partition = max(room)
                 budget[partition] -= g
+                free_total -= g
                 wanted.add(partition)
+        if left:  # the walk stopped with no budget left: no running job not yet reached fits
+            displaced.extend((r.job.job_id, r.placement.partition) for _, r in running_jobs[len(running_jobs) - left:])
         preempt = [job_id for job_id, partition in displaced if partition in wanted]
         if preempt:
             snapshot = _without_running(snapshot, set(preempt))

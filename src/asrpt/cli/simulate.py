@@ -65,13 +65,20 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "(the paper), or every released job by remaining virtual work",
     )
     parser.add_argument(
+        "--overdue-after-s",
+        type=_at_least(0.0),
+        default=7 * 86400.0,
+        help="A-SRPT work order: a job pending this long goes ahead of the work order, oldest first "
+        "(starvation guard; default a week; inf turns it off)",
+    )
+    parser.add_argument(
         "--virtual-machine",
         choices=VIRTUAL_MACHINES,
         default="cluster",
         help="A-SRPT's virtual machine: the whole cluster (the paper) or one per pool of partitions",
     )
-    parser.add_argument("--comm-heavy", type=float, default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
-    parser.add_argument("--tau", type=float, default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
+    parser.add_argument("--comm-heavy", type=_at_least(1.0), default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
+    parser.add_argument("--tau", type=_at_least(0.0), default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
     parser.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
     parser.add_argument("--plot", type=Path, default=None, help="write JCT CDFs (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -85,6 +92,21 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--forecast-samples", type=int, default=200, metavar="N", help="jobs forecast per policy with --forecast (default 200)")
+
+
+def _at_least(lowest: float):
+    """An argparse type: a float >= ``lowest`` (inf allowed), else a usage error."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= lowest:
+            raise argparse.ArgumentTypeError(f"must be >= {lowest:g}, got {text}")
+        return value
+
+    return parse
 
 
 @dataclass(frozen=True)
@@ -113,6 +135,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         options=ASRPTOptions(
             dispatch=DispatchOptions(mode=args.mode, comm_heavy_ratio=args.comm_heavy, comm_heavy_tau=args.tau),
             queue_order=args.queue_order,
+            overdue_after_s=args.overdue_after_s,
             virtual_machine=args.virtual_machine,
         ),
         progress=not args.no_progress,

@@ -53,6 +53,9 @@ class SchedulerSection:
     mode: str = "backfill"
     #: ``work`` (Q by predicted work), ``virtual_completion`` (the paper) or ``remaining``.
     queue_order: str = "work"
+    #: ``work`` order: a job pending this long goes ahead of the work order (oldest first);
+    #: ``inf`` turns the starvation guard off.
+    overdue_after_s: float = 7 * 86400.0
     comm_heavy_ratio: float = 1.5
     comm_heavy_tau: float = 0.1
     #: Jobs examined behind the first blocked one per cycle (like Slurm's bf_max_job_test).
@@ -223,7 +226,7 @@ def _build(cls: type, values: dict[str, Any], where: str, source: str) -> Any:
         choices = _CHOICES.get((section, key))
         if choices and converted[key] not in choices:
             raise ConfigError(f"{source}: {where} {key} = {converted[key]!r} is not one of {', '.join(choices)}")
-        if isinstance(converted[key], float) and key.endswith(("_s", "_gbps", "ratio", "tau", "speed")) and converted[key] < 0:
+        if isinstance(converted[key], float) and key.endswith(("_s", "_gbps", "ratio", "tau", "speed")) and not converted[key] >= 0:
             raise ConfigError(f"{source}: {where} {key} must be >= 0, got {converted[key]}")
     missing = [name for name, f in known.items() if name not in converted and f.default is MISSING and f.default_factory is MISSING]
     if missing:

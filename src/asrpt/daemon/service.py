@@ -67,6 +67,7 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
             backfill_depth=sched.backfill_depth,
         ),
         queue_order=sched.queue_order,  # type: ignore[arg-type]
+        overdue_after_s=sched.overdue_after_s,
         virtual_machine=sched.virtual_machine,  # type: ignore[arg-type]
     )
 

@@ -1,6 +1,7 @@
 """A-SRPT policy: order, oracle/unseen treatment, and a restart that continues the same schedule."""
 
 import json
+import math
 from dataclasses import replace
 import random
 
@@ -166,3 +167,64 @@ def test_work_order_is_q_sorted_by_predicted_work_ties_by_virtual_completion(siz
     expected = sorted(q, key=lambda j: (work[j], q.index(j)))
     assert tuple(decision.order)[: len(q)] == tuple(expected)
     assert sorted(decision.order) == sorted(j.job_id for j in jobs)  # no job lost
+
+
+@pytest.mark.parametrize(("overdue_after_s", "first"), [(math.inf, "small"), (1900.0, "big"), (1700.0, "big")])
+def test_an_overdue_job_goes_ahead_of_the_work_order(overdue_after_s, first):
+    """At t=2000 big has waited 2,000 s and small 1,800 s: with the guard at 1,900 s only big
+    is overdue and goes first; at 1,700 s both are, and the longer-waiting big goes first."""
+    policy = ASRPTPolicy(flat_speed_table(), ASRPTOptions(queue_order="work", overdue_after_s=overdue_after_s))
+    decision = policy.decide(_both_virtually_complete_snapshot(), 2000.0, policy.new_state())
+    assert [p.job_id for p in decision.starts] == [first]
+    assert tuple(decision.order) == ((first, "big" if first == "small" else "small"))
+
+
+def test_the_guard_is_a_week_by_default_and_refuses_negative_values():
+    assert ASRPTOptions().overdue_after_s == 7 * 86400.0
+    with pytest.raises(ValueError, match="overdue_after_s"):
+        ASRPTOptions(overdue_after_s=-1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(
+        st.tuples(st.integers(1, 4), st.sampled_from([5.0, 10.0, 20.0, 40.0]), st.integers(0, 300)),
+        min_size=1,
+        max_size=25,
+    ),
+    looks=st.lists(st.integers(0, 1500), min_size=1, max_size=5),
+    overdue_after_s=st.sampled_from([0.0, 100.0, 400.0]),
+)
+def test_overdue_jobs_lead_oldest_first_then_the_work_order(sizes, looks, overdue_after_s):
+    partition, free_nodes = partition_nodes("gpu", "gpu", count=2, per_node=4)
+    busy = tuple(replace(n, accelerators_free=0) for n in free_nodes)
+    jobs = tuple(flat_job(str(i), g, n, submit_s=float(t)) for i, (g, n, t) in enumerate(sizes))
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=busy, pending=jobs)
+    speed = flat_speed_table()
+    paper = ASRPTPolicy(speed, ASRPTOptions(queue_order="virtual_completion"))
+    guarded = ASRPTPolicy(speed, ASRPTOptions(queue_order="work", overdue_after_s=overdue_after_s))
+    paper_state, guarded_state = paper.new_state(), guarded.new_state()
+    by_id = {j.job_id: j for j in jobs}
+    for now_s in sorted(float(t) for t in looks):  # the same state across looks: jobs become overdue
+        paper.decide(snapshot, now_s, paper_state)
+        decision = guarded.decide(snapshot, now_s, guarded_state)
+        q = list(paper_state.queue)
+        overdue = sorted((j for j in q if now_s - by_id[j].submit_time_s >= overdue_after_s), key=lambda j: (by_id[j].submit_time_s, int(j)))
+        rest = sorted((j for j in q if j not in overdue), key=lambda j: (by_id[j].accelerators * by_id[j].true_iterations, q.index(j)))
+        assert tuple(decision.order)[: len(q)] == tuple(overdue + rest)
+        assert sorted(decision.order) == sorted(by_id)
+
+
+def test_restarts_keep_the_overdue_list():
+    from asrpt.core.model import Node, Partition
+
+    partitions = [Partition(name="a100", accelerator="a100"), Partition(name="v100", accelerator="v100")]
+    nodes = [Node(name=f"a{i}", partition="a100", accelerator="a100", accelerators_total=8, accelerators_free=8) for i in range(2)]
+    nodes += [Node(name="v0", partition="v100", accelerator="v100", accelerators_total=4, accelerators_free=4)]
+    jobs = _random_jobs(11, n=60)
+    options = ASRPTOptions(overdue_after_s=200.0)
+    plain = simulate(jobs, partitions, nodes, make_policy("asrpt", SPEED, options), GroupHistoryPredictions(), keep_events=True)
+    restarted = simulate(jobs, partitions, nodes, RestartingPolicy(make_policy("asrpt", SPEED, options)), GroupHistoryPredictions(), keep_events=True)
+    unguarded = simulate(jobs, partitions, nodes, make_policy("asrpt", SPEED, ASRPTOptions(overdue_after_s=math.inf)), GroupHistoryPredictions(), keep_events=True)
+    assert plain.events == restarted.events
+    assert plain.events != unguarded.events  # the guard fired in this workload

@@ -9,7 +9,8 @@ from asrpt.exceptions import ConfigError
 def test_defaults_without_a_file(tmp_path):
     config = parse_config({}, {})
     assert config.daemon.interval_s == 30.0 and config.scheduler.mode == "backfill"
-    assert config.scheduler.queue_order == "work"
+    assert config.scheduler.queue_order == "work" and config.scheduler.overdue_after_s == 7 * 86400.0
+    assert parse_config({"scheduler": {"overdue_after_s": float("inf")}}, {}).scheduler.overdue_after_s == float("inf")
     assert config.database.url.startswith("sqlite:")
 
 
@@ -25,6 +26,8 @@ def test_an_explicit_missing_file_is_an_error(tmp_path):
         ({"deamon": {}}, "unknown section \\[deamon\\]; valid sections: daemon, database"),
         ({"scheduler": {"mode": "fast"}}, "mode = 'fast' is not one of strict, backfill, greedy"),
         ({"scheduler": {"queue_order": "size"}}, "queue_order = 'size' is not one of work, virtual_completion, remaining"),
+        ({"scheduler": {"overdue_after_s": -1.0}}, "overdue_after_s must be >= 0"),
+        ({"scheduler": {"overdue_after_s": float("nan")}}, "overdue_after_s must be >= 0"),
         ({"daemon": {"interval_s": "soon"}}, "interval_s must be float"),
         ({"daemon": {"interval_s": -1}}, "interval_s must be >= 0"),
         ({"slurm": {"partitions": [{"name": "a100"}]}}, "missing required key\\(s\\): accelerator"),

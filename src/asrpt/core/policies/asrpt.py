@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from itertools import chain
@@ -19,6 +20,10 @@ QueueOrder = Literal["work", "virtual_completion", "remaining"]
 QUEUE_ORDERS: tuple[str, ...] = ("work", "virtual_completion", "remaining")
 VirtualMachine = Literal["cluster", "pool"]
 VIRTUAL_MACHINES: tuple[str, ...] = ("cluster", "pool")
+#: Default starvation guard of the ``work`` order: a week, Slurm's default PriorityMaxAge.
+#: It never fires on a cluster whose queue drains within the week; on a chronically
+#: overloaded one it trades total JCT for a bounded wait (bench/README.md).
+OVERDUE_AFTER_S = 7 * 86400.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,12 +48,18 @@ class ASRPTOptions:
 
     dispatch: DispatchOptions = DispatchOptions()
     queue_order: QueueOrder = "work"
+    #: ``work`` order only: a dispatchable job pending this long since its submission goes
+    #: ahead of the jobs ordered by work (the longest-waiting first), so a large job cannot
+    #: starve behind a stream of smaller ones; ``math.inf`` turns the guard off.
+    overdue_after_s: float = OVERDUE_AFTER_S
     use_true_iterations: bool = False
     virtual_machine: VirtualMachine = "cluster"
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
             raise ValueError(f"queue_order {self.queue_order!r} is not one of {', '.join(QUEUE_ORDERS)}")
+        if not self.overdue_after_s >= 0:
+            raise ValueError(f"overdue_after_s must be >= 0, got {self.overdue_after_s}")
         if self.virtual_machine not in VIRTUAL_MACHINES:
             raise ValueError(f"virtual_machine {self.virtual_machine!r} is not one of {', '.join(VIRTUAL_MACHINES)}")
 
@@ -73,6 +84,10 @@ class ASRPTState:
     work_s: dict[str, float] = field(default_factory=dict)
     #: How many jobs have entered Q (the tie-break that keeps virtual completion order); derived.
     queue_entries: int = 0
+    #: Jobs of Q past ``overdue_after_s``, longest-waiting first, and a heap of (when each
+    #: other job of Q becomes overdue, id); derived.
+    overdue: KeyedQueue = field(default_factory=KeyedQueue)
+    overdue_at: list[tuple[float, str]] = field(default_factory=list)
     first_blocked_s: dict[str, float] = field(default_factory=dict)
     #: alpha_min per job; derived, so not serialised.
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
@@ -179,16 +194,17 @@ class ASRPTPolicy:
             done.extend((t, id_sort_key(j), j) for t, j in machine.advance_to(now_s))
         done.sort()
         by_work = self.options.queue_order == "work"
-        if by_work and len(state.queue_by_work) != len(state.queue):
+        if by_work and len(state.queue_by_work) + len(state.overdue) != len(state.queue):
             self._file_by_work(state.queue, state)  # restored state: Q was not filed yet
         entered = [j for _, _, j in done if j in pending]
         state.queue.update(dict.fromkeys(entered))
         if by_work:
             self._file_by_work(entered, state)
+            self._move_overdue(now_s, state)
 
         dispatchable: Iterable[str] = state.queue
         if by_work:
-            dispatchable = state.queue_by_work
+            dispatchable = chain(state.overdue, state.queue_by_work)
         elif self.options.queue_order == "remaining":
             dispatchable = chain(state.queue, self._still_virtual(state))
         result = dispatch(
@@ -225,13 +241,25 @@ class ASRPTPolicy:
         known = state.seen.keys() | state.sizes_s.keys()  # sizes_s: restored, not yet seen
         return chain(pending, (j for j in known if j not in pending))
 
-    @staticmethod
-    def _file_by_work(job_ids: Iterable[str], state: ASRPTState) -> None:
+    def _file_by_work(self, job_ids: Iterable[str], state: ASRPTState) -> None:
         """File jobs that entered Q (in virtual completion order) under their predicted work."""
         for job_id in job_ids:
-            if job_id not in state.queue_by_work:
+            if job_id not in state.queue_by_work and job_id not in state.overdue:
                 state.queue_by_work.put(job_id, (state.work_s[job_id], state.queue_entries))
                 state.queue_entries += 1
+                due_s = state.seen[job_id].submit_time_s + self.options.overdue_after_s
+                if not math.isinf(due_s):
+                    heapq.heappush(state.overdue_at, (due_s, job_id))
+
+    @staticmethod
+    def _move_overdue(now_s: float, state: ASRPTState) -> None:
+        """Jobs of Q whose wait reached the guard leave the work order for the overdue list."""
+        while state.overdue_at and state.overdue_at[0][0] <= now_s:
+            _, job_id = heapq.heappop(state.overdue_at)
+            if job_id in state.queue_by_work:  # else it started or left meanwhile
+                state.queue_by_work.discard(job_id)
+                job = state.seen[job_id]
+                state.overdue.put(job_id, (job.submit_time_s, id_sort_key(job_id)))
 
     @staticmethod
     def _forget(job_id: str, state: ASRPTState) -> None:
@@ -242,6 +270,7 @@ class ASRPTPolicy:
         state.first_blocked_s.pop(job_id, None)
         state.queue.pop(job_id, None)
         state.queue_by_work.discard(job_id)
+        state.overdue.discard(job_id)
         state.work_s.pop(job_id, None)
         if state.sizes_s.pop(job_id, None) is not None:
             state.machines[state.pool_of.pop(job_id)].remove(job_id)
@@ -257,7 +286,10 @@ class ASRPTPolicy:
 
     def _order(self, state: ASRPTState) -> tuple[str, ...]:
         """Q, then the jobs still on the virtual machine, then those that can never run."""
-        queue = state.queue_by_work.ids() if self.options.queue_order == "work" else tuple(state.queue)
+        if self.options.queue_order == "work":
+            queue = state.overdue.ids() + state.queue_by_work.ids()
+        else:
+            queue = tuple(state.queue)
         return (
             queue
             + tuple(self._still_virtual(state))

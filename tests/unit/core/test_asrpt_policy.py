@@ -172,7 +172,7 @@ def test_work_order_is_q_sorted_by_predicted_work_ties_by_virtual_completion(siz
 @pytest.mark.parametrize(("overdue_after_s", "first"), [(math.inf, "small"), (1900.0, "big"), (1700.0, "big")])
 def test_an_overdue_job_goes_ahead_of_the_work_order(overdue_after_s, first):
     """At t=2000 big has waited 2,000 s and small 1,800 s: with the guard at 1,900 s only big
-    is overdue and goes first; at 1,700 s both are, and the longer-waiting big goes first."""
+    is overdue and heads Q; at 1,700 s both are, and the longer-waiting big heads it."""
     policy = ASRPTPolicy(flat_speed_table(), ASRPTOptions(queue_order="work", overdue_after_s=overdue_after_s))
     decision = policy.decide(_both_virtually_complete_snapshot(), 2000.0, policy.new_state())
     assert [p.job_id for p in decision.starts] == [first]
@@ -195,7 +195,7 @@ def test_the_guard_is_a_week_by_default_and_refuses_negative_values():
     looks=st.lists(st.integers(0, 1500), min_size=1, max_size=5),
     overdue_after_s=st.sampled_from([0.0, 100.0, 400.0]),
 )
-def test_overdue_jobs_lead_oldest_first_then_the_work_order(sizes, looks, overdue_after_s):
+def test_the_longest_waiting_overdue_job_heads_the_work_order(sizes, looks, overdue_after_s):
     partition, free_nodes = partition_nodes("gpu", "gpu", count=2, per_node=4)
     busy = tuple(replace(n, accelerators_free=0) for n in free_nodes)
     jobs = tuple(flat_job(str(i), g, n, submit_s=float(t)) for i, (g, n, t) in enumerate(sizes))
@@ -210,8 +210,9 @@ def test_overdue_jobs_lead_oldest_first_then_the_work_order(sizes, looks, overdu
         decision = guarded.decide(snapshot, now_s, guarded_state)
         q = list(paper_state.queue)
         overdue = sorted((j for j in q if now_s - by_id[j].submit_time_s >= overdue_after_s), key=lambda j: (by_id[j].submit_time_s, int(j)))
-        rest = sorted((j for j in q if j not in overdue), key=lambda j: (by_id[j].accelerators * by_id[j].true_iterations, q.index(j)))
-        assert tuple(decision.order)[: len(q)] == tuple(overdue + rest)
+        head = overdue[:1]
+        rest = sorted((j for j in q if j not in head), key=lambda j: (by_id[j].accelerators * by_id[j].true_iterations, q.index(j)))
+        assert tuple(decision.order)[: len(q)] == tuple(head + rest)
         assert sorted(decision.order) == sorted(by_id)
 
 

@@ -48,9 +48,10 @@ class ASRPTOptions:
 
     dispatch: DispatchOptions = DispatchOptions()
     queue_order: QueueOrder = "work"
-    #: ``work`` order only: a dispatchable job pending this long since its submission goes
-    #: ahead of the jobs ordered by work (the longest-waiting first), so a large job cannot
-    #: starve behind a stream of smaller ones; ``math.inf`` turns the guard off.
+    #: ``work`` order only: once dispatchable jobs have been pending this long since their
+    #: submission, the longest-waiting of them goes to the head of Q (the head is the job
+    #: the backfill reservation protects), so a large job cannot starve behind a stream of
+    #: smaller ones; the rest keep the work order. ``math.inf`` turns the guard off.
     overdue_after_s: float = OVERDUE_AFTER_S
     use_true_iterations: bool = False
     virtual_machine: VirtualMachine = "cluster"
@@ -84,8 +85,8 @@ class ASRPTState:
     work_s: dict[str, float] = field(default_factory=dict)
     #: How many jobs have entered Q (the tie-break that keeps virtual completion order); derived.
     queue_entries: int = 0
-    #: Jobs of Q past ``overdue_after_s``, longest-waiting first, and a heap of (when each
-    #: other job of Q becomes overdue, id); derived.
+    #: Jobs of Q past ``overdue_after_s``, longest-waiting first (they stay in
+    #: ``queue_by_work`` too), and a heap of (when each job of Q becomes overdue, id); derived.
     overdue: KeyedQueue = field(default_factory=KeyedQueue)
     overdue_at: list[tuple[float, str]] = field(default_factory=list)
     first_blocked_s: dict[str, float] = field(default_factory=dict)
@@ -194,7 +195,7 @@ class ASRPTPolicy:
             done.extend((t, id_sort_key(j), j) for t, j in machine.advance_to(now_s))
         done.sort()
         by_work = self.options.queue_order == "work"
-        if by_work and len(state.queue_by_work) + len(state.overdue) != len(state.queue):
+        if by_work and len(state.queue_by_work) != len(state.queue):
             self._file_by_work(state.queue, state)  # restored state: Q was not filed yet
         entered = [j for _, _, j in done if j in pending]
         state.queue.update(dict.fromkeys(entered))
@@ -204,7 +205,7 @@ class ASRPTPolicy:
 
         dispatchable: Iterable[str] = state.queue
         if by_work:
-            dispatchable = chain(state.overdue, state.queue_by_work)
+            dispatchable = self._work_order(state)
         elif self.options.queue_order == "remaining":
             dispatchable = chain(state.queue, self._still_virtual(state))
         result = dispatch(
@@ -241,10 +242,19 @@ class ASRPTPolicy:
         known = state.seen.keys() | state.sizes_s.keys()  # sizes_s: restored, not yet seen
         return chain(pending, (j for j in known if j not in pending))
 
+    @staticmethod
+    def _work_order(state: ASRPTState) -> Iterable[str]:
+        """Q by work, behind the longest-waiting overdue job if there is one."""
+        oldest = state.overdue.first()
+        if oldest is None:
+            return state.queue_by_work
+        head = oldest[1]
+        return chain((head,), (j for j in state.queue_by_work if j != head))
+
     def _file_by_work(self, job_ids: Iterable[str], state: ASRPTState) -> None:
         """File jobs that entered Q (in virtual completion order) under their predicted work."""
         for job_id in job_ids:
-            if job_id not in state.queue_by_work and job_id not in state.overdue:
+            if job_id not in state.queue_by_work:
                 state.queue_by_work.put(job_id, (state.work_s[job_id], state.queue_entries))
                 state.queue_entries += 1
                 due_s = state.seen[job_id].submit_time_s + self.options.overdue_after_s
@@ -253,11 +263,10 @@ class ASRPTPolicy:
 
     @staticmethod
     def _move_overdue(now_s: float, state: ASRPTState) -> None:
-        """Jobs of Q whose wait reached the guard leave the work order for the overdue list."""
+        """Jobs of Q whose wait reached the guard join the overdue list."""
         while state.overdue_at and state.overdue_at[0][0] <= now_s:
             _, job_id = heapq.heappop(state.overdue_at)
             if job_id in state.queue_by_work:  # else it started or left meanwhile
-                state.queue_by_work.discard(job_id)
                 job = state.seen[job_id]
                 state.overdue.put(job_id, (job.submit_time_s, id_sort_key(job_id)))
 
@@ -287,7 +296,7 @@ class ASRPTPolicy:
     def _order(self, state: ASRPTState) -> tuple[str, ...]:
         """Q, then the jobs still on the virtual machine, then those that can never run."""
         if self.options.queue_order == "work":
-            queue = state.overdue.ids() + state.queue_by_work.ids()
+            queue = tuple(self._work_order(state))
         else:
             queue = tuple(state.queue)
         return (

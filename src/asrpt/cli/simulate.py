@@ -68,7 +68,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--overdue-after-s",
         type=_at_least(0.0),
         default=7 * 86400.0,
-        help="A-SRPT work order: a job pending this long goes ahead of the work order, oldest first "
+        help="A-SRPT work order: the longest-waiting job pending at least this long heads the queue "
         "(starvation guard; default a week; inf turns it off)",
     )
     parser.add_argument(

@@ -53,7 +53,7 @@ class SchedulerSection:
     mode: str = "backfill"
     #: ``work`` (Q by predicted work), ``virtual_completion`` (the paper) or ``remaining``.
     queue_order: str = "work"
-    #: ``work`` order: a job pending this long goes ahead of the work order (oldest first);
+    #: ``work`` order: the longest-waiting job pending at least this long heads the queue;
     #: ``inf`` turns the starvation guard off.
     overdue_after_s: float = 7 * 86400.0
     comm_heavy_ratio: float = 1.5

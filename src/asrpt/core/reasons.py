@@ -17,6 +17,14 @@ class Reasons(Mapping[str, str]):
         """Record (or replace) ``job_id``'s reason: ``template.format(*args)``, built lazily."""
         self._notes[job_id] = (template, args)
 
+    def prefix(self, job_id: str, template: str, *args: object) -> None:
+        """Put ``template.format(*args)`` in front of ``job_id``'s reason (or make it the reason)."""
+        old = self._notes.get(job_id)
+        if old is None:
+            self._notes[job_id] = (template, args)
+        else:
+            self._notes[job_id] = (template + "; {}", args + (old[0].format(*old[1]),))
+
     def merge(self, other: "Reasons") -> None:
         self._notes.update(other._notes)
 

@@ -229,3 +229,29 @@ def test_restarts_keep_the_overdue_list():
     unguarded = simulate(jobs, partitions, nodes, make_policy("asrpt", SPEED, ASRPTOptions(overdue_after_s=math.inf)), GroupHistoryPredictions(), keep_events=True)
     assert plain.events == restarted.events
     assert plain.events != unguarded.events  # the guard fired in this workload
+
+
+def test_explain_says_why_an_overdue_job_heads_the_queue():
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    busy = tuple(replace(n, accelerators_free=0) for n in nodes)
+    snapshot = replace(_both_virtually_complete_snapshot(), nodes=busy)
+    policy = ASRPTPolicy(flat_speed_table(), ASRPTOptions(queue_order="work", overdue_after_s=86400.0))
+    decision = policy.decide(snapshot, 2.5 * 86400.0, policy.new_state())
+    assert decision.order[0] == "big"
+    assert decision.reasons["big"] == "pending for 2.5 days, over the starvation guard's 1.0: heads the queue"
+    assert "starvation" not in decision.reasons.get("small", "")
+    # with room for one job, the overdue head is the one that starts
+    blocked = replace(snapshot, pending=snapshot.pending + (flat_job("wide", 2, 1.0),))
+    decision = policy.decide(replace(blocked, nodes=nodes), 2.5 * 86400.0 + 1, policy.new_state())
+    assert decision.order[0] == "big" and [p.job_id for p in decision.starts] == ["big"]
+
+
+def test_a_prefixed_reason_keeps_the_dispatchers_reason_behind_it():
+    from asrpt.core.reasons import Reasons
+
+    reasons = Reasons()
+    reasons.note("a", "waiting for {} accelerators", 4)
+    reasons.prefix("a", "heads the queue after {} days", 8)
+    reasons.prefix("b", "heads the queue after {} days", 9)
+    assert reasons["a"] == "heads the queue after 8 days; waiting for 4 accelerators"
+    assert reasons["b"] == "heads the queue after 9 days"

@@ -219,6 +219,13 @@ class ASRPTPolicy:
             first_blocked_s=state.first_blocked_s,
         )
         reasons.merge(result.reasons)
+        if by_work and (oldest := state.overdue.first()) is not None:
+            reasons.prefix(
+                oldest[1],
+                "pending for {:.1f} days, over the starvation guard's {:.1f}: heads the queue",
+                (now_s - oldest[0][0]) / 86400.0,
+                self.options.overdue_after_s / 86400.0,
+            )
         state.version += 1
         version = state.version
         return Decision(

@@ -62,6 +62,15 @@ def complete(router: HttpRouter, prompt: str = "hello", **extra) -> tuple[int, s
     return status, headers.get(BACKEND_HEADER), json.loads(body)
 
 
+def open_stream(router: HttpRouter) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A streaming completion through the router, its headers read, its body not yet."""
+    host, port = router.address
+    connection = http.client.HTTPConnection(host, port, timeout=5)
+    connection.request("POST", "/v1/completions", body=json.dumps({"prompt": "p", "stream": True}),
+                       headers={"Content-Type": "application/json"})
+    return connection, connection.getresponse()
+
+
 def server_of(router: HttpRouter) -> str:
     status, backend, body = complete(router)
     assert status == 200, body
@@ -271,12 +280,8 @@ def test_kv_aware_counts_requests_in_flight_between_scrapes(engines, make_router
     a, b = engines[:2]
     router = make_router([a, b], scrape_interval_s=60)  # no scrape during the test after the first
     a.stream_gate = threading.Event()
-    host, port = router.address
-    held = http.client.HTTPConnection(host, port, timeout=5)
+    held, response = open_stream(router)
     try:
-        held.request("POST", "/v1/completions", body=json.dumps({"prompt": "p", "stream": True}),
-                     headers={"Content-Type": "application/json"})
-        response = held.getresponse()
         assert response.headers[BACKEND_HEADER] == a.url  # tie on identical metrics: first backend
         assert router.backends[0].outstanding() == 1
         assert server_of(router) == "b"  # a holds one request the last scrape did not see
@@ -360,12 +365,8 @@ def test_streaming_passes_chunks_through_as_they_arrive(engines, make_router):
     a.stream_chunks = 4
     a.stream_gate = threading.Event()
     router = make_router([a])
-    host, port = router.address
-    connection = http.client.HTTPConnection(host, port, timeout=5)
+    connection, response = open_stream(router)
     try:
-        connection.request("POST", "/v1/completions", body=json.dumps({"prompt": "p", "stream": True}),
-                           headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
         assert response.status == 200 and response.headers["Content-Type"].startswith("text/event-stream")
         assert response.headers[BACKEND_HEADER] == a.url
         first = response.read1(65536)  # arrives while the engine still holds the rest back

@@ -141,21 +141,30 @@ def test_work_order_never_starts_a_job_before_its_virtual_completion():
     assert [p.job_id for p in policy.decide(late, 500.0, state).starts] == ["long"]
 
 
+#: (accelerators, iterations, submit s) of random flat jobs, with ties in work.
+SIZES = st.lists(
+    st.tuples(st.integers(1, 4), st.sampled_from([5.0, 10.0, 20.0, 40.0]), st.integers(0, 300)),
+    min_size=1,
+    max_size=25,
+)
+
+
+def _busy_cluster_with(sizes):
+    """The jobs and a snapshot of two full 4-accelerator nodes: nothing starts, the order is all."""
+    partition, free_nodes = partition_nodes("gpu", "gpu", count=2, per_node=4)
+    busy = tuple(replace(n, accelerators_free=0) for n in free_nodes)
+    jobs = tuple(flat_job(str(i), g, n, submit_s=float(t)) for i, (g, n, t) in enumerate(sizes))
+    return jobs, ClusterSnapshot(partitions=(partition,), nodes=busy, pending=jobs)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    sizes=st.lists(
-        st.tuples(st.integers(1, 4), st.sampled_from([5.0, 10.0, 20.0, 40.0]), st.integers(0, 300)),
-        min_size=1,
-        max_size=25,
-    ),
+    sizes=SIZES,
     now_s=st.integers(0, 1500),
 )
 def test_work_order_is_q_sorted_by_predicted_work_ties_by_virtual_completion(sizes, now_s):
     """Same Q as the paper's order (the gating is unchanged), re-ordered by g x n x alpha_min."""
-    partition, free_nodes = partition_nodes("gpu", "gpu", count=2, per_node=4)
-    busy = tuple(replace(n, accelerators_free=0) for n in free_nodes)
-    jobs = tuple(flat_job(str(i), g, n, submit_s=float(t)) for i, (g, n, t) in enumerate(sizes))
-    snapshot = ClusterSnapshot(partitions=(partition,), nodes=busy, pending=jobs)
+    jobs, snapshot = _busy_cluster_with(sizes)
     speed = flat_speed_table()
     paper = ASRPTPolicy(speed, ASRPTOptions(queue_order="virtual_completion"))
     paper_state = paper.new_state()
@@ -187,19 +196,12 @@ def test_the_guard_is_a_week_by_default_and_refuses_negative_values():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    sizes=st.lists(
-        st.tuples(st.integers(1, 4), st.sampled_from([5.0, 10.0, 20.0, 40.0]), st.integers(0, 300)),
-        min_size=1,
-        max_size=25,
-    ),
+    sizes=SIZES,
     looks=st.lists(st.integers(0, 1500), min_size=1, max_size=5),
     overdue_after_s=st.sampled_from([0.0, 100.0, 400.0]),
 )
 def test_the_longest_waiting_overdue_job_heads_the_work_order(sizes, looks, overdue_after_s):
-    partition, free_nodes = partition_nodes("gpu", "gpu", count=2, per_node=4)
-    busy = tuple(replace(n, accelerators_free=0) for n in free_nodes)
-    jobs = tuple(flat_job(str(i), g, n, submit_s=float(t)) for i, (g, n, t) in enumerate(sizes))
-    snapshot = ClusterSnapshot(partitions=(partition,), nodes=busy, pending=jobs)
+    jobs, snapshot = _busy_cluster_with(sizes)
     speed = flat_speed_table()
     paper = ASRPTPolicy(speed, ASRPTOptions(queue_order="virtual_completion"))
     guarded = ASRPTPolicy(speed, ASRPTOptions(queue_order="work", overdue_after_s=overdue_after_s))

@@ -143,11 +143,15 @@ class OrderedPolicy:
         self.observe(snapshot, now_s, state)
         return self.dispatch_queue(snapshot, now_s, state)
 
-    def dispatch_queue(self, snapshot: ClusterSnapshot, now_s: float, state: OrderState) -> Decision:
-        """Order the pending jobs and hand them to the shared dispatcher."""
+    def dispatch_queue(
+        self, snapshot: ClusterSnapshot, now_s: float, state: OrderState, pending: Mapping[str, Job] | None = None
+    ) -> Decision:
+        """Order the pending jobs and hand them to the shared dispatcher. ``pending`` (the
+        pending jobs by id) says the kept queue was already brought up to date this decision."""
         if self.static_key:
-            pending = pending_by_id(snapshot.pending)
-            self._update_sorted_queue(snapshot, pending, now_s, state)
+            if pending is None:
+                pending = pending_by_id(snapshot.pending)
+                self._update_sorted_queue(snapshot, pending, now_s, state)
             queue: Iterable[Job] = (pending[j] for j in self._queue_ids(now_s, state))
         else:
             runnable = [j for j in snapshot.pending if not math.isinf(self.alpha_min(j, snapshot, state))]
@@ -339,7 +343,6 @@ class QssfPolicy(OrderedPolicy):
             job = state.seen[job_id]
             self._unfile(job, state)
             self._file(job, snapshot, now_s, state)
-        state.history_changed.clear()
 
     def _queue_ids(self, now_s: float, state: OrderState) -> Iterable[str]:
         streams = [
@@ -527,7 +530,7 @@ class TiresiasPolicy(OrderedPolicy):
         preempt = [job_id for job_id, partition in displaced if partition in wanted]
         if preempt:
             snapshot = _without_running(snapshot, set(preempt))
-        decision = self.dispatch_queue(snapshot, now_s, state)
+        decision = self.dispatch_queue(snapshot, now_s, state, pending)
         return replace(decision, preempts=tuple(preempt))
 
 

@@ -79,6 +79,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--comm-heavy", type=_at_least(1.0), default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
     parser.add_argument("--tau", type=_at_least(0.0), default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
+    parser.add_argument(
+        "--baseline-comm-heavy-hold",
+        action="store_true",
+        help="give the baselines A-SRPT's communication-heavy hold too (--comm-heavy, --tau); off by default, "
+        "as Slurm never holds a job for a better placement",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
     parser.add_argument("--plot", type=Path, default=None, help="write JCT CDFs (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -140,6 +146,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         ),
         progress=not args.no_progress,
         forecast_samples=args.forecast_samples if args.forecast else 0,
+        baseline_comm_heavy_hold=args.baseline_comm_heavy_hold,
     )
     _emit(comparison, args.json, args.plot)
     return 0
@@ -182,6 +189,7 @@ def compare(
     options: Any,
     progress: bool,
     forecast_samples: int = 0,
+    baseline_comm_heavy_hold: bool = False,
 ) -> Comparison:
     """Run every policy on the same jobs for every seed; the report is ``--json``'s content.
 
@@ -214,7 +222,7 @@ def compare(
         bound = lower_bound_total_jct_s(built.jobs, cluster.partitions, cluster.nodes, speed)
         results: dict[str, dict[str, float]] = {}
         for name in policies:
-            policy = make_policy(name, speed, options)
+            policy = make_policy(name, speed, options, baseline_comm_heavy_hold=baseline_comm_heavy_hold)
             started = time.perf_counter()
             bar = _ProgressBar(f"{name} seed {seed}") if progress and len(built.jobs) >= 2000 else None
             accuracy = None

@@ -165,3 +165,24 @@ def test_reservation_waits_for_the_shape_not_just_the_count() -> None:
     reservation, _ = _reserve(spread_head, snapshot, FreeCapacity(nodes), [], 0.0, speed,
                               lambda j, a: (j.predicted_iterations or 0.0) * a)
     assert reservation is not None and reservation.start_s == 10.0
+
+
+# -- the same placement options for every policy (issue 14 item 5) -----------------------------
+
+
+@pytest.mark.parametrize("name, mode", [("fifo", "strict"), ("multifactor", "backfill"), ("tiresias", "greedy")])
+def test_baselines_may_get_the_comm_heavy_hold(name: str, mode: str) -> None:
+    """A spread 8-wide TP job on 4 + 4 free: by default a baseline starts it split (as Slurm
+    would); with ``baseline_comm_heavy_hold`` it is held as A-SRPT holds it, in its own mode."""
+    from asrpt.core.policies import ASRPTOptions, make_policy
+
+    snapshot = ClusterSnapshot(partitions=(A100,), nodes=nodes_with([4, 4]),
+                               pending=(job(8, SPREAD, t=8, cls="resnet50"),))
+    plain = make_policy(name, SPEED)
+    assert plain.options.comm_heavy_tau == 0.0
+    assert [p.job_id for p in plain.decide(snapshot, 0.0, plain.new_state()).starts] == ["j"]
+    asrpt_options = ASRPTOptions(dispatch=DispatchOptions(comm_heavy_ratio=1.2, comm_heavy_tau=0.3))
+    holding = make_policy(name, SPEED, asrpt_options, baseline_comm_heavy_hold=True)
+    assert (holding.options.mode, holding.options.comm_heavy_ratio, holding.options.comm_heavy_tau) == (mode, 1.2, 0.3)
+    decision = holding.decide(snapshot, 0.0, holding.new_state())
+    assert decision.starts == () and decision.holds == ("j",)

@@ -101,15 +101,25 @@ class FreeCapacity:
     def __init__(self, nodes: Sequence[Node]) -> None:
         self._base: dict[str, Node] = {n.name: n for n in nodes}
         self._free: dict[str, int] = {n.name: n.accelerators_free for n in nodes}
+        #: Every node with its current free count, kept up to date by take/give/capped.
+        self._current: dict[str, Node] = dict(self._base)
         self.free_by_partition: dict[str, int] = {}
         #: Per partition, its largest node (the ``s`` derived shapes are worked out for).
         self.node_size: dict[str, int] = {}
         self._members: dict[str, list[str]] = {}
+        free_by_partition, node_size, members = self.free_by_partition, self.node_size, self._members
         for n in nodes:
-            self.free_by_partition[n.partition] = self.free_by_partition.get(n.partition, 0) + n.accelerators_free
-            self.node_size[n.partition] = max(self.node_size.get(n.partition, 0), n.accelerators_total)
-            self._members.setdefault(n.partition, []).append(n.name)
-        self.free_total = sum(self.free_by_partition.values())
+            partition = n.partition
+            if partition in members:
+                free_by_partition[partition] += n.accelerators_free
+                if n.accelerators_total > node_size[partition]:
+                    node_size[partition] = n.accelerators_total
+                members[partition].append(n.name)
+            else:
+                free_by_partition[partition] = n.accelerators_free
+                node_size[partition] = n.accelerators_total
+                members[partition] = [n.name]
+        self.free_total = sum(free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
         self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
         #: Per (restriction, request shape, accelerators), whether the job fits (until a change).
@@ -132,8 +142,7 @@ class FreeCapacity:
         """Every node with its current free count. Busy nodes are kept: placement reads a
         partition's node size from them (derived shapes), and uses only nodes with room."""
         if self._cache is None:
-            base = self._base
-            self._cache = tuple(_with_free(base[name], free) for name, free in self._free.items())
+            self._cache = tuple(self._current.values())
         return self._cache
 
     def partition_of(self, node_name: str) -> str | None:
@@ -187,6 +196,7 @@ class FreeCapacity:
             if count > free:
                 raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
             self._free[name] = free - count
+            self._current[name] = _with_free(self._base[name], free - count)
             self.free_by_partition[self._base[name].partition] -= count
             self.free_total -= count
         self._changed({self._base[name].partition for name in placement.node_counts})
@@ -202,6 +212,7 @@ class FreeCapacity:
             self.free_by_partition[node.partition] += freed - free
             self.free_total += freed - free
             self._free[name] = freed
+            self._current[name] = _with_free(node, freed)
             touched.add(node.partition)
         self._changed(touched)
 
@@ -218,6 +229,7 @@ class FreeCapacity:
             allowed = max(min(free, cap_by_node.get(name, 0)), 0)
             if allowed != free:
                 twin._free[name] = allowed
+                twin._current[name] = _with_free(self._base[name], allowed)
                 twin.free_by_partition[partition] -= free - allowed
                 twin.free_total -= free - allowed
                 twin._cache = None
@@ -227,6 +239,7 @@ class FreeCapacity:
         twin = FreeCapacity.__new__(FreeCapacity)
         twin._base = self._base
         twin._free = dict(self._free)
+        twin._current = dict(self._current)
         twin.free_by_partition = dict(self.free_by_partition)
         twin.node_size = self.node_size
         twin._members = self._members

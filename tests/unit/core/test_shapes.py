@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from asrpt.core.comm import ideal_iteration_time_s
 from asrpt.core.dispatch import DispatchOptions, FreeCapacity, _reserve, dispatch
 from asrpt.core.model import (
     DERIVED,
@@ -108,6 +109,9 @@ def test_twelve_on_8_gpu_nodes_is_2x6_best_fit() -> None:
     assert sorted(here.node_counts.values()) == [6, 6] and sorted(empty.node_counts.values()) == [6, 6]
     assert here.iteration_time_s == pytest.approx(empty.iteration_time_s)
     assert alpha_min_s(tp4, [A100], nodes, SPEED) == pytest.approx(here.iteration_time_s)
+    # the exact ideal for nodes of 6 (groups of at most 6, any number of nodes) keeps every TP
+    # group whole, which 6 + 6 cannot: it is a floor, not the shape's alpha
+    assert ideal_iteration_time_s(tp4, A100, 6, SPEED) < here.iteration_time_s
 
 
 def test_fixed_two_nodes_of_four() -> None:

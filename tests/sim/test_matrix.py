@@ -127,6 +127,7 @@ def test_cli_writes_parseable_json_and_markdown_and_skips_a_missing_trace(tmp_pa
     markdown = out_md.read_text()
     assert markdown.startswith("| trace |") and markdown.count("| pai (120) |") == 3
     assert "asrpt/history" in captured.out
+    assert "pai at 0.8:" in captured.out and "pai at 0.8:" in markdown  # the achieved load per cell
 
 
 @pytest.mark.parametrize("extra, message", [

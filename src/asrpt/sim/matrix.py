@@ -37,7 +37,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -65,6 +65,7 @@ __all__ = [
     "summarise",
     "format_table",
     "format_markdown",
+    "cluster_lines",
 ]
 
 #: Target offered loads of the three cluster sizes per trace.
@@ -504,6 +505,18 @@ def _ordered(report: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(report["summary"], key=lambda e: (e["trace"], e["load_target"], policies.index(e["policy"])))
 
 
+def cluster_lines(report: dict[str, Any]) -> list[str]:
+    """Per (trace, load): the scaled cluster (nodes per partition) and each partition's achieved load."""
+    seen: dict[tuple[str, float], dict[str, Any]] = {}
+    for cell in report["cells"]:
+        seen.setdefault((cell["trace"], cell["load_target"]), cell)
+    lines = []
+    for (trace, load), cell in sorted(seen.items()):
+        parts = ", ".join(f"{p} {cell['nodes_by_partition'][p]} nodes {x:.2f}" for p, x in cell["load_by_partition"].items())
+        lines.append(f"{trace} at {load:g}: {cell['accelerators']} accelerators, load {cell['load']:.2f} ({parts})")
+    return lines
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The summary as a fixed-width text table (one row per trace, load and policy)."""
     rows = [_HEADER, *(_row_cells(e) for e in _ordered(report))]
@@ -511,6 +524,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
     config = report["config"]
+    lines += ["", "clusters (achieved offered load in total and per partition, first seed):", *("  " + x for x in cluster_lines(report))]
     lines.append("")
     lines.append(f"seeds {', '.join(map(str, config['seeds']))}; means over seeds; vs best baseline = total JCT / "
                  f"best of {', '.join(BASELINES)} (same seed); wall {report['wall_s']:.0f} s")
@@ -527,6 +541,8 @@ def format_markdown(report: dict[str, Any]) -> str:
                  + "; ".join(f"{t['name']}: first {t['jobs']} jobs of `{Path(t['path']).name}` on a scaled `{t['cluster']}` cluster"
                              for t in config["traces"])
                  + f"; run time {report['wall_s'] / 60:.1f} min with {config['workers']} workers.")
+    lines += ["", "Clusters (achieved offered load in total and per partition):", ""]
+    lines += [f"- {x}" for x in cluster_lines(report)]
     return "\n".join(lines) + "\n"
 
 

@@ -309,7 +309,9 @@ def _records(path: str, fmt: str, limit: int) -> tuple[TraceRecord, ...]:
     return tuple(read_trace(path, fmt, limit=limit).records)
 
 
-@functools.lru_cache(maxsize=16)
+# Caches live per worker process; sized for every (trace, load, seed) of the default matrix, so a
+# cell rebuilds nothing another cell of the same worker already built.
+@functools.lru_cache(maxsize=32)
 def _calibrated(trace: MatrixTrace, path: str, limit: int, load: float, seed: int, per_partition: bool):
     from asrpt.core.speed import default_speed_table
     from asrpt.sim.clusters import load_cluster
@@ -320,7 +322,7 @@ def _calibrated(trace: MatrixTrace, path: str, limit: int, load: float, seed: in
                                per_partition=per_partition), speed)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)
 def _workload(trace: MatrixTrace, path: str, limit: int, load: float, seed: int, calibration_seed: int,
               per_partition: bool):
     from asrpt.sim.metrics import lower_bound_total_jct_s

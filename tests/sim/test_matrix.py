@@ -39,6 +39,8 @@ def _synthetic(n=400, types=None):
 def test_cli_names_mirror_the_matrix_registries():
     assert bench_commands.MATRIX_POLICY_NAMES == tuple(MATRIX_POLICIES)
     assert bench_commands.MATRIX_TRACE_NAMES == tuple(MATRIX_TRACES)
+    for trace in MATRIX_TRACES.values():  # the help text states the default slice sizes
+        assert f"{trace.name} {trace.default_jobs}" in bench_commands.JOBS_PER_TRACE_HELP
 
 
 def test_calibration_hits_the_target_on_a_homogeneous_cluster():

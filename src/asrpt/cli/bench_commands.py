@@ -46,7 +46,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     matrix.add_argument("--seeds", default="0,1,2", help="comma-separated workload-mapping seeds (default 0,1,2)")
     matrix.add_argument("--policies", default=",".join(MATRIX_POLICY_NAMES), help=f"comma-separated (default all: {','.join(MATRIX_POLICY_NAMES)})")
     matrix.add_argument("--loads", default="0.5,0.8,1.1", help="comma-separated target offered loads (default 0.5,0.8,1.1)")
-    matrix.add_argument("--jobs-per-trace", type=int, default=None, metavar="N", help="leading jobs of each trace (default per trace: pai 2000, philly 2000, gavel 1000)")
+    matrix.add_argument("--jobs-per-trace", type=int, default=None, metavar="N", help=JOBS_PER_TRACE_HELP)
     matrix.add_argument("--quick", action="store_true", help="tiny slices (120 jobs per trace), for smoke tests")
     matrix.add_argument("--total-load", action="store_true", help="scale all partitions by the total load instead of each by its own")
     matrix.add_argument("--workers", type=int, default=2, help="processes (cells are independent; default 2)")
@@ -57,6 +57,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 MATRIX_TRACE_NAMES = ("pai", "philly", "gavel")
+JOBS_PER_TRACE_HELP = "leading jobs of each trace (default per trace: pai 2000, philly 2000, gavel 1000)"
 MATRIX_POLICY_NAMES = ("fifo", "multifactor", "qssf", "spwf", "tiresias", "sjf-oracle", "asrpt/oracle", "asrpt/history", "asrpt/rf")
 
 

@@ -38,6 +38,24 @@ def sd_notify(message: str) -> None:
         log.debug("sd_notify failed: %s", error)
 
 
+def status_line(stats) -> str:
+    """systemd's STATUS= text (``systemctl status``): healthy, or degraded with the last error."""
+    head = f"cycles={stats.cycles} failures={stats.failures} isolated_jobs={getattr(stats, 'jobs_isolated', 0)}"
+    if not stats.consecutive_failures:
+        return f"ok {head}"
+    error = " ".join(str(stats.last_error).split())[:200]
+    return f"degraded ({stats.consecutive_failures} failed in a row) {head}; last error: {error}"
+
+
+def guarded(name: str, work, *args):
+    """Run a periodic job; an unexpected error is logged and the daemon keeps running."""
+    try:
+        return work(*args)
+    except Exception:
+        log.exception("%s failed; retried at its next run", name)
+        return None
+
+
 def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.daemon.config import load_config
     from asrpt.daemon.service import Daemon
@@ -81,9 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2
 
-    daemon.sync_finished()
-    daemon.retrain()
+    guarded("finished-job sync", daemon.sync_finished)
+    guarded("retraining", daemon.retrain)
     first = daemon.cycle()
+    sd_notify(f"STATUS={status_line(daemon.stats)}")
     if args.once:
         return 0 if first is not None else 1
     if stopping.is_set():
@@ -101,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         job = scheduler.get_job("cycle")
         if job is not None and job.trigger.interval.total_seconds() != wanted_s:
             scheduler.reschedule_job("cycle", trigger="interval", seconds=wanted_s)
-        sd_notify(f"WATCHDOG=1\nSTATUS=cycles={daemon.stats.cycles} failures={daemon.stats.consecutive_failures}")
+        sd_notify(f"WATCHDOG=1\nSTATUS={status_line(daemon.stats)}")
 
     scheduler.add_job(cycle_with_backoff, "interval", seconds=interval_s, id="cycle", max_instances=1, coalesce=True)
     scheduler.add_job(daemon.sync_finished, "interval", seconds=daemon.config.daemon.sync_interval_s, id="sync", max_instances=1, coalesce=True)

@@ -107,6 +107,11 @@ class CycleStats:
     held: int = 0
     #: Cycles whose forecasts could not be stored (the cycle itself still counted).
     forecast_failures: int = 0
+    #: Failed cycles whose error was not one asrpt raises on purpose (a bug, or data the
+    #: per-job checks missed): the daemon keeps running, /healthz says degraded.
+    escaped: int = 0
+    #: Jobs whose own data could not be used and which were scheduled as ordinary jobs.
+    jobs_isolated: int = 0
 
 
 class _ServingHolds:
@@ -177,6 +182,8 @@ class Daemon:
         self._last_sync_s = repository.load_state("sync:last_end_s") or 0.0
         #: ETA text last written per job, with the start/end it showed (hysteresis).
         self._eta_written: dict[str, tuple[str, float, float]] = {}
+        #: (error type, message) of unexpected cycle errors already logged with a traceback.
+        self._errors_logged: set[tuple[str, str]] = set()
 
     # -- the scheduled jobs ----------------------------------------------------------------
     def cycle(self) -> Decision | None:
@@ -187,10 +194,20 @@ class Daemon:
         try:
             decision = self.loop.tick()
         except AsrptError as error:
-            self.stats.failures += 1
-            self.stats.consecutive_failures += 1
-            self.stats.last_error = str(error)
+            self._failed(str(error))
             log.warning("cycle skipped, nothing changed: %s", error)
+            return None
+        except Exception as error:  # never let one fault stop the cluster's scheduling
+            self.stats.escaped += 1
+            text = f"{type(error).__name__}: {error}"
+            self._failed(text)
+            # The traceback once per kind of error: the same fault recurs every cycle.
+            key = (type(error).__name__, str(error))
+            if key not in self._errors_logged:
+                self._errors_logged.add(key)
+                log.exception("cycle failed, nothing saved: %s (unexpected; logged once)", text)
+            else:
+                log.warning("cycle failed again: %s", text)
             return None
         self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
         if self.loop.last_snapshot is not None and len(self._eta_written) > 2 * (
@@ -207,6 +224,11 @@ class Daemon:
         self.stats.slurm_writes += int(getattr(report, "calls", 0) or 0)
         self.record_forecasts(decision, now_s)
         return decision
+
+    def _failed(self, text: str) -> None:
+        self.stats.failures += 1
+        self.stats.consecutive_failures += 1
+        self.stats.last_error = text[:500]
 
     def record_forecasts(self, decision: Decision, now_s: float) -> int:
         """Store this cycle's forecasts (the ones the AdminComments were written from) for

@@ -24,6 +24,7 @@ from asrpt.core.speed import SpeedTable, default_speed_table
 from asrpt.daemon.config import DaemonConfig
 from asrpt.daemon.enrich import HistoryEnrichment
 from asrpt.daemon.forecasts import forecast_records
+from asrpt.daemon.isolate import MAX_NAME_CHARS, ordinary_job, usable_job
 from asrpt.daemon.model import DaemonPredictor
 from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
@@ -80,9 +81,12 @@ def format_eta(forecast_: JobForecast | None, now_s: float) -> str | None:
     def at(t_s: float) -> str:
         return datetime.fromtimestamp(t_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
-    if forecast_.running:
-        return f"eta end {at(forecast_.end_s)}"
-    return f"eta start {at(forecast_.start_s)} end {at(forecast_.end_s)}"
+    try:
+        if forecast_.running:
+            return f"eta end {at(forecast_.end_s)}"
+        return f"eta start {at(forecast_.start_s)} end {at(forecast_.end_s)}"
+    except (OverflowError, OSError, ValueError):  # beyond the calendar (year 9999): no ETA to show
+        return None
 
 
 @dataclass(slots=True)
@@ -168,6 +172,8 @@ class Daemon:
             ingest=self._ingest_spool,
             model_version=lambda: self.predictor.version,
             serving=self.serving,
+            check=lambda job, now_s: usable_job(job, now_s, self.speed, config.slurm.default_workload_class),
+            plain=lambda job, now_s: ordinary_job(job, now_s, self.speed, config.slurm.default_workload_class),
         )
         self.state_key = f"policy:{self.policy.name}"
         saved = repository.load_state(self.state_key)
@@ -187,12 +193,10 @@ class Daemon:
 
     # -- the scheduled jobs ----------------------------------------------------------------
     def cycle(self) -> Decision | None:
-        """One scheduling cycle; returns the decision, or None when Slurm could not be read."""
-        started = time.perf_counter()
-        now_s = self.clock.now_s()
-        self._pending_forecast: tuple[Any, float] | None = None
+        """One scheduling cycle; returns the decision, or None when it failed (Slurm or the
+        database unavailable, or an unexpected error: counted, and shown by /healthz)."""
         try:
-            decision = self.loop.tick()
+            return self._cycle()
         except AsrptError as error:
             self._failed(str(error))
             log.warning("cycle skipped, nothing changed: %s", error)
@@ -209,6 +213,14 @@ class Daemon:
             else:
                 log.warning("cycle failed again: %s", text)
             return None
+        finally:
+            self.stats.jobs_isolated = self.enrichment.isolated_total
+
+    def _cycle(self) -> Decision:
+        started = time.perf_counter()
+        now_s = self.clock.now_s()
+        self._pending_forecast: tuple[Any, float] | None = None
+        decision = self.loop.tick()
         self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
         if self.loop.last_snapshot is not None and len(self._eta_written) > 2 * (
             len(self.loop.last_snapshot.pending) + len(self.loop.last_snapshot.running) + 1
@@ -252,10 +264,10 @@ class Daemon:
                 policy=self.policy.name,
                 state=self.loop.state,
                 expected_iterations=self._expected_iterations(snapshot),
-                job_names={job_id: sj.name for job_id, sj in slurm_jobs.items()},
+                job_names={job_id: (sj.name or "")[:MAX_NAME_CHARS] for job_id, sj in slurm_jobs.items()},
                 job_users={job_id: sj.user for job_id, sj in slurm_jobs.items()},
                 job_partitions={job_id: sj.partitions for job_id, sj in slurm_jobs.items()},
-                notes=self.enrichment.serving_notes,
+                notes=self.enrichment.notes,
             )
         except Exception:  # the forecast view must never break a cycle
             log.exception("building the forecast rows failed")
@@ -268,9 +280,9 @@ class Daemon:
         self.stats.held = sum(1 for row in rows if row.held)
         try:
             self.repository.record_forecasts(now_s, rows)
-        except AsrptError as error:
+        except Exception as error:  # the decision is made and written: only the view is stale
             self.stats.forecast_failures += 1
-            log.warning("forecasts not stored: %s", error)
+            log.warning("forecasts not stored: %s: %s", type(error).__name__, error)
         return len(rows)
 
     def sync_finished(self) -> int:
@@ -338,7 +350,15 @@ class Daemon:
 
     def _admin_comment(self, job_id: str, decision: Decision) -> str | None:
         """asrpt's AdminComment text for ``job_id``: the ETA, and a serving job's chosen
-        tensor-parallel degree (``serve tp=2``), which its script can read at start."""
+        tensor-parallel degree (``serve tp=2``), which its script can read at start.
+        An error for one job leaves that job's text out, never the other jobs' writes."""
+        try:
+            return self._admin_comment_of(job_id, decision)
+        except Exception as error:
+            self.enrichment.note(job_id, f"no ETA written ({type(error).__name__}: {error})")
+            return None
+
+    def _admin_comment_of(self, job_id: str, decision: Decision) -> str | None:
         text = self._eta_text(job_id, decision)
         choice = self.serving.choices.get(job_id)
         if choice is None:

@@ -418,7 +418,13 @@ class Daemon:
                 lambda job_id: jobs[job_id].user if job_id in jobs else None,
                 max_pending_age_s=self.config.spool.max_age_s,
             ):
-                self.repository.record_submission(ingest.to_submission_record(record))
+                try:
+                    self.repository.record_submission(ingest.to_submission_record(record))
+                except AsrptError:
+                    raise  # the database is down: the record waits in the spool
+                except Exception as error:  # this record only: set it aside, the cycle goes on
+                    ingest.set_aside(record, f"storing it failed: {type(error).__name__}: {error}")
+                    continue
                 ingest.remove(record)
                 accepted += 1
         self.stats.spool_accepted += accepted

@@ -116,6 +116,9 @@ class CycleStats:
     escaped: int = 0
     #: Jobs whose own data could not be used and which were scheduled as ordinary jobs.
     jobs_isolated: int = 0
+    #: Cycles in a row in which Slurm could not be polled: what the back-off grows with. The
+    #: first poll that answers resets it, even if that cycle fails later (held jobs wait).
+    backoff_failures: int = 0
 
 
 class _ServingHolds:
@@ -132,6 +135,24 @@ class _ServingHolds:
 
     def decide(self, snapshot: Any, now_s: float, state: Any) -> Decision:
         return self.serving.hold_confined(self.policy.decide(snapshot, now_s, state))
+
+
+class _PollWatch:
+    """The backend as the loop sees it: a poll that answers ends the back-off at once."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self._daemon = daemon
+
+    def snapshot(self) -> Any:
+        snapshot = self._daemon.backend.snapshot()
+        self._daemon.stats.backoff_failures = 0
+        return snapshot
+
+    def apply(self, decision: Decision) -> None:
+        self._daemon.backend.apply(decision)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._daemon.backend, name)
 
 
 class Daemon:
@@ -179,7 +200,7 @@ class Daemon:
         saved = repository.load_state(self.state_key)
         state = self.policy.restore_state(saved) if saved else self.policy.new_state()
         self.loop = SchedulingLoop(
-            backend=self.backend, clock=self.clock, policy=_ServingHolds(self.policy, self.serving),
+            backend=_PollWatch(self), clock=self.clock, policy=_ServingHolds(self.policy, self.serving),
             predictions=self.enrichment, state=state,
         )
         self.stats = CycleStats()
@@ -195,6 +216,7 @@ class Daemon:
     def cycle(self) -> Decision | None:
         """One scheduling cycle; returns the decision, or None when it failed (Slurm or the
         database unavailable, or an unexpected error: counted, and shown by /healthz)."""
+        self.stats.backoff_failures += 1  # reset by the poll as soon as Slurm answers
         try:
             return self._cycle()
         except AsrptError as error:

@@ -58,3 +58,33 @@ def test_healthz_says_degraded_with_the_last_error_and_recovers(daemon) -> None:
         assert healthz() == (200, b"ok\n")
     finally:
         server.shutdown()
+
+
+def test_the_back_off_resets_on_the_first_successful_poll(daemon) -> None:
+    """After a slurmctld outage, the first poll that answers ends the back-off, even if that
+    cycle then fails for another reason: held jobs must not wait out a 300 s back-off."""
+    from asrpt.daemon.main import next_cycle_delay_s
+    from asrpt.exceptions import SlurmUnreachable
+
+    snapshot = daemon.backend.snapshot
+
+    def down():
+        raise SlurmUnreachable("squeue: error: slurm_load_jobs error: Unable to contact slurm controller")
+
+    daemon.backend.snapshot = down
+    for _ in range(4):
+        assert daemon.cycle() is None
+    assert daemon.stats.backoff_failures == 4
+    assert next_cycle_delay_s(daemon) == daemon.config.daemon.max_backoff_s
+    daemon.backend.snapshot = snapshot
+    apply = daemon.backend.apply
+
+    def write_fails(decision):
+        raise SlurmUnreachable("scontrol: error: Socket timed out")
+
+    daemon.backend.apply = write_fails
+    assert daemon.cycle() is None  # the poll answered; the write did not
+    assert daemon.stats.backoff_failures == 0
+    assert next_cycle_delay_s(daemon) == daemon.config.daemon.interval_s
+    daemon.backend.apply = apply
+    assert daemon.cycle() is not None and daemon.stats.consecutive_failures == 0

@@ -240,7 +240,7 @@ class HistoryEnrichment:
             user=(job.user or (slurm_job.user if slurm_job else "") or "unknown")[:128],
             submit_time_s=job.submit_time_s,
             source="slurm",
-            job_name=slurm_job.name[:MAX_NAME_CHARS] if slurm_job and slurm_job.name else None,
+            job_name=slurm_job.name.replace("\0", "")[:MAX_NAME_CHARS] if slurm_job and slurm_job.name else None,
             partitions=slurm_job.partitions if slurm_job else job.allowed_partitions,
             accelerators=job.accelerators,
             accelerator_type=job.allowed_accelerators[0] if job.allowed_accelerators else None,

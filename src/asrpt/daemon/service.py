@@ -286,7 +286,7 @@ class Daemon:
                 policy=self.policy.name,
                 state=self.loop.state,
                 expected_iterations=self._expected_iterations(snapshot),
-                job_names={job_id: (sj.name or "")[:MAX_NAME_CHARS] for job_id, sj in slurm_jobs.items()},
+                job_names={job_id: (sj.name or "").replace("\0", "")[:MAX_NAME_CHARS] for job_id, sj in slurm_jobs.items()},
                 job_users={job_id: sj.user for job_id, sj in slurm_jobs.items()},
                 job_partitions={job_id: sj.partitions for job_id, sj in slurm_jobs.items()},
                 notes=self.enrichment.notes,

@@ -146,3 +146,12 @@ def test_a_cycle_never_raises_because_of_one_jobs_data(
     decision = daemon.cycle()
     assert decision is not None, daemon.stats.last_error
     assert {"101", "102", "103"} <= set(decision.order) | {p.job_id for p in decision.starts}
+
+
+def test_a_nul_in_a_job_name_is_dropped_before_the_history(daemon) -> None:
+    # PostgreSQL refuses NUL in text; squeue passes whatever the user wrote.
+    daemon.backend.jobs["104"] = dataclasses.replace(daemon.backend.jobs["103"], job_id="104", name="a\x00b")
+    snapshot = daemon.backend._snapshot
+    daemon.backend._snapshot = dataclasses.replace(snapshot, pending=(*snapshot.pending, dataclasses.replace(snapshot.pending[-1], job_id="104")))
+    assert daemon.cycle() is not None
+    assert daemon.repository.get_submission("104").job_name == "ab"

@@ -170,3 +170,18 @@ def test_a_communication_heavy_job_is_held_then_released_onto_one_node(cluster, 
     assert decision is not None and [p.worker_nodes for p in decision.starts if p.job_id == tp8] == [("node2",) * 8]
     cluster.wait_state(tp8, "RUNNING", "COMPLETED", timeout=30)
     assert _jobs(cluster)[tp8].nodes == ("node2",)
+
+
+def test_an_unknown_workload_class_is_scheduled_as_an_ordinary_job(cluster, tmp_path):
+    """Issue 16 on real Slurm: ``--comment asrpt:class=bert2`` (and a wrapper-recorded
+    ``#ASRPT class=zzz``) used to raise KeyError in every cycle; asrptd --once exited 1."""
+    config = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{tmp_path}/d.db")
+    path = tmp_path / "asrpt.toml"
+    path.write_text(config)
+    job = cluster.sbatch("-p", "v100", "--gres=gpu:v100:1", "--comment", "asrpt:class=bert2", wrap="sleep 30")
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("asrptd")), "--config", str(path), "--once"],
+        capture_output=True, text=True, env=cluster.env, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"job {job}: workload class 'bert2' is unknown" in result.stderr

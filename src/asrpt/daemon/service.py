@@ -366,7 +366,14 @@ class Daemon:
 
     # -- hooks the backend calls -------------------------------------------------------------
     def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:
-        alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
+        """The backend asks this while reading squeue, before the enrichment has checked the
+        job: an unusable class or layout is replaced here too (the reason is noted then)."""
+        job, _ = usable_job(job, self.clock.now_s(), self.speed, self.config.slurm.default_workload_class)
+        try:
+            alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
+        except Exception:  # this running job's progress is unknown; the snapshot goes on
+            log.exception("job %s: no per-iteration time for its placement", job.job_id)
+            return math.inf
         self._alpha_by_job[job.job_id] = alpha_s
         return alpha_s
 

@@ -155,3 +155,13 @@ def test_a_nul_in_a_job_name_is_dropped_before_the_history(daemon) -> None:
     daemon.backend._snapshot = dataclasses.replace(snapshot, pending=(*snapshot.pending, dataclasses.replace(snapshot.pending[-1], job_id="104")))
     assert daemon.cycle() is not None
     assert daemon.repository.get_submission("104").job_name == "ab"
+
+
+def test_the_backends_iteration_time_hook_accepts_an_unknown_class(daemon) -> None:
+    # The CLI backend asks for a running job's per-iteration time while reading squeue, with
+    # the class from --comment asrpt:class=bert2 (found on real Slurm: KeyError every cycle).
+    snapshot = daemon.backend._snapshot
+    running = snapshot.running[0]
+    job = dataclasses.replace(running.job, workload_class="bert2")
+    alpha_s = daemon._iteration_time_s(job, running.placement.worker_nodes, snapshot.partitions[0])
+    assert math.isfinite(alpha_s) and alpha_s > 0

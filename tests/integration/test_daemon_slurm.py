@@ -185,3 +185,21 @@ def test_an_unknown_workload_class_is_scheduled_as_an_ordinary_job(cluster, tmp_
     )
     assert result.returncode == 0, result.stderr
     assert f"job {job}: workload class 'bert2' is unknown" in result.stderr
+
+
+def test_a_stopping_daemon_releases_the_jobs_it_held(cluster, tmp_path):
+    """Issue 16: a job asrpt held for a consolidated placement must not stay held once asrptd
+    is stopped (nothing else would ever release it)."""
+    daemon = _daemon(cluster, tmp_path, queue_order="remaining", comm_heavy_tau=1.0)
+    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:4", wrap="sleep 300") for node in ("node1", "node2")]
+    for job_id in fillers:
+        cluster.wait_state(job_id, "RUNNING")
+    tp8 = cluster.sbatch("-p", "a100", "--gpus=8", "--comment", "asrpt:tp=8,class=resnet50", wrap="sleep 5")
+    daemon.repository.record_submission(SubmissionRecord(slurm_job_id=tp8, user="root", submit_time_s=0.0, source="wrapper"))
+    daemon.repository.record_prediction(tp8, predicted_iterations=1e6, model_version="test", made_at_s=0.0)
+    decision = daemon.cycle()
+    assert decision is not None and tp8 in decision.holds
+    cluster.wait_for("the hold", lambda: _jobs(cluster)[tp8].is_held)
+    assert daemon.release_holds() == 1
+    cluster.wait_for("the release", lambda: not _jobs(cluster)[tp8].is_held)
+    assert "held" not in _jobs(cluster)[tp8].admin_comment.split("asrpt")[-1].split(":")[0]

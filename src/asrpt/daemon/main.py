@@ -167,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if server is not None:
             server.shutdown()
+    if daemon.config.daemon.release_holds_on_stop:
+        daemon.release_holds()
     return 0
 
 

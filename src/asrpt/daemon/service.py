@@ -307,6 +307,21 @@ class Daemon:
             log.warning("forecasts not stored: %s: %s", type(error).__name__, error)
         return len(rows)
 
+    def release_holds(self) -> int:
+        """Release every hold asrpt placed and every node list it pinned (asrptd is stopping):
+        a job held for a consolidated placement must not wait for a daemon that is gone.
+        Priorities stay as last written; Slurm schedules on its own. Returns the releases."""
+        try:
+            self.backend.snapshot()
+            self.backend.apply(Decision(order=()))
+        except Exception as error:  # stopping anyway: say what is left held
+            log.error("could not release asrpt's holds on stop: %s: %s; they stay until asrptd runs again", type(error).__name__, error)
+            return 0
+        released = int(getattr(getattr(self.backend, "last_apply", None), "releases", 0) or 0)
+        if released:
+            log.info("released %d job(s) asrpt held", released)
+        return released
+
     def sync_finished(self) -> int:
         """Record the outcome of every job that ended since the last sync (for the predictor)."""
         try:

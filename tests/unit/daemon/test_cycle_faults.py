@@ -88,3 +88,23 @@ def test_the_back_off_resets_on_the_first_successful_poll(daemon) -> None:
     assert next_cycle_delay_s(daemon) == daemon.config.daemon.interval_s
     daemon.backend.apply = apply
     assert daemon.cycle() is not None and daemon.stats.consecutive_failures == 0
+
+
+def test_stopping_releases_asrpts_holds_and_changes_no_priority(daemon) -> None:
+    applied = []
+    daemon.backend.apply = lambda decision: applied.append(decision)
+    daemon.backend.last_apply = None
+    assert daemon.release_holds() == 0
+    [decision] = applied
+    assert tuple(decision.order) == () and decision.holds == () and decision.starts == ()
+
+
+def test_a_release_that_fails_on_stop_is_logged_not_raised(daemon, caplog) -> None:
+    from asrpt.exceptions import SlurmUnreachable
+
+    def down():
+        raise SlurmUnreachable("slurmctld down")
+
+    daemon.backend.snapshot = down
+    assert daemon.release_holds() == 0
+    assert "could not release asrpt's holds" in caplog.text

@@ -102,10 +102,16 @@ def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.db.migrate import upgrade
     from asrpt.db.repository import HistoryRepository
 
+    from asrpt.daemon.dbguard import DatabaseGuard, check_before_upgrade
+
     config = load_config(config_path)
+    # Before the upgrade: it would create an empty schema where the history used to be.
+    check_before_upgrade(config.database.url, config.daemon.state_dir)
     upgrade(config.database.url)
     repository = HistoryRepository.from_url(config.database.url)
-    return Daemon(config, repository=repository, dry_run=dry_run)
+    guard = DatabaseGuard(config.database.url, config.daemon.state_dir)
+    guard.check_at_start(repository)
+    return Daemon(config, repository=repository, dry_run=dry_run, database_guard=guard)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

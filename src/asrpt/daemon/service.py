@@ -165,8 +165,11 @@ class Daemon:
         clock: Any = None,
         speed: SpeedTable | None = None,
         dry_run: bool = False,
+        database_guard: Any = None,
     ) -> None:
         self.config = config
+        #: Checks before each cycle that the history file is still the one opened (dbguard).
+        self.database_guard = database_guard
         self.repository = repository
         self.clock = clock or SystemClock()
         self.speed = speed_table_for(config, speed)
@@ -239,6 +242,8 @@ class Daemon:
             self.stats.jobs_isolated = self.enrichment.isolated_total
 
     def _cycle(self) -> Decision:
+        if self.database_guard is not None:
+            self.database_guard.check()
         started = time.perf_counter()
         now_s = self.clock.now_s()
         self._pending_forecast: tuple[Any, float] | None = None

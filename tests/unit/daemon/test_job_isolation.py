@@ -165,3 +165,42 @@ def test_the_backends_iteration_time_hook_accepts_an_unknown_class(daemon) -> No
     job = dataclasses.replace(running.job, workload_class="bert2")
     alpha_s = daemon._iteration_time_s(job, running.placement.worker_nodes, snapshot.partitions[0])
     assert math.isfinite(alpha_s) and alpha_s > 0
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_long_or_nul_job_name_neither_fails_the_cycle_nor_loses_the_row(tmp_path) -> None:
+    """PostgreSQL raises DataError for a name over String(256) and refuses NUL in text."""
+    import os
+
+    from asrpt.daemon.config import DaemonConfig, SpoolSection
+    from asrpt.daemon.service import Daemon
+    from asrpt.db.migrate import upgrade
+    from asrpt.db.repository import HistoryRepository
+    from asrpt.db.session import make_engine
+    from tests.db.conftest import _wipe_postgres
+    from tests.helpers import flat_speed_table
+    from tests.unit.daemon.conftest import FakeSlurm, ManualClock, _cluster
+
+    url = os.environ.get("ASRPT_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("ASRPT_TEST_POSTGRES_URL is not set (contrib/ci/start-postgres.sh starts a server)")
+    engine = make_engine(url)
+    _wipe_postgres(engine)
+    engine.dispose()
+    upgrade(url)
+    repository = HistoryRepository.from_url(url)
+    snapshot, jobs = _cluster()
+    jobs["101"] = dataclasses.replace(jobs["101"], name="x" * 300)
+    jobs["102"] = dataclasses.replace(jobs["102"], name="a\x00b")
+    (tmp_path / "spool").mkdir()
+    backend = FakeSlurm(snapshot, jobs)
+    daemon = Daemon(DaemonConfig(spool=SpoolSection(dir=str(tmp_path / "spool"))), repository=repository, backend=backend,
+                    clock=ManualClock(NOW_S), speed=flat_speed_table())  # type: ignore[arg-type]
+    backend.admin_comment = daemon._admin_comment
+    try:
+        assert daemon.cycle() is not None, daemon.stats.last_error
+        assert daemon.stats.forecast_failures == 0
+        assert repository.get_submission("101").job_name == "x" * 256
+        assert repository.get_submission("102").job_name == "ab"
+    finally:
+        repository.close()

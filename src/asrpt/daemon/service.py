@@ -343,17 +343,23 @@ class Daemon:
             # Jobs rarely report iterations; their run time over the modelled per-iteration time
             # of their placement is the estimate the predictor learns from.
             iterations = runtime_s / alpha_s if runtime_s is not None and alpha_s else None
-            self.repository.record_outcome(
-                OutcomeRecord(
-                    slurm_job_id=job.job_id,
-                    start_time_s=job.start_time_s,
-                    end_time_s=job.end_time_s,
-                    exit_state=job.state,
-                    exit_code=job.exit_code,
-                    nodes=",".join(job.nodes) or None,
-                    iterations=iterations,
+            try:
+                self.repository.record_outcome(
+                    OutcomeRecord(
+                        slurm_job_id=job.job_id,
+                        start_time_s=job.start_time_s,
+                        end_time_s=job.end_time_s,
+                        exit_state=job.state,
+                        exit_code=job.exit_code,
+                        nodes=",".join(job.nodes) or None,
+                        iterations=iterations,
+                    )
                 )
-            )
+            except AsrptError:
+                raise  # the database is down: the next sync starts from the same point
+            except Exception as error:  # this job's outcome only; its time must not move the sync point
+                log.warning("job %s: outcome not recorded (%s: %s)", job.job_id, type(error).__name__, error)
+                continue
             recorded += 1
             self._last_sync_s = max(self._last_sync_s, job.end_time_s or 0.0)
         self.repository.save_state("sync:last_end_s", self._last_sync_s)

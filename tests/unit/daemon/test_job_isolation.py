@@ -204,3 +204,15 @@ def test_on_postgresql_a_long_or_nul_job_name_neither_fails_the_cycle_nor_loses_
         assert repository.get_submission("102").job_name == "ab"
     finally:
         repository.close()
+
+
+def test_one_finished_job_with_impossible_times_does_not_stop_the_outcome_sync(daemon) -> None:
+    from asrpt.slurm.records import FinishedJob
+
+    bad = FinishedJob(job_id="100", user="bob", state="COMPLETED", end_time_s=1e20, start_time_s=1e19, nodes=("gpu-000",))
+    good = FinishedJob(job_id="101", user="alice", state="COMPLETED", end_time_s=NOW_S, start_time_s=NOW_S - 60, nodes=("gpu-001",))
+    daemon.backend.finished_jobs = lambda since_s: (bad, good)
+    assert daemon.sync_finished() == 1
+    assert daemon._last_sync_s == NOW_S  # the bad end time does not push the sync past every later job
+    rows = {r.job_id: r for r in daemon.repository.history_rows(finished_only=True)}
+    assert "101" in rows and "100" not in rows

@@ -116,6 +116,13 @@ class HistoryEnrichment:
             reasons.append(reason)
             log.warning("job %s: %s", job_id, reason, extra={"action": "job_isolated", "job_id": job_id})
 
+    def isolate(self, job_id: str, reason: str) -> None:
+        """Note why ``job_id`` is scheduled as an ordinary job, counted once per job."""
+        self.note(job_id, reason)
+        if job_id not in self._isolated_ids:
+            self._isolated_ids.add(job_id)
+            self.isolated_total += 1
+
     @property
     def notes(self) -> dict[str, str]:
         """Each job's note for ``asrpt explain``: its serving placement, and what of its data

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
@@ -126,15 +126,77 @@ class _ServingHolds:
     serving jobs that their plan confines and that do not start now
     (:meth:`ServingPlanner.hold_confined`)."""
 
-    def __init__(self, policy: Any, serving: ServingPlanner) -> None:
+    def __init__(self, policy: Any, serving: ServingPlanner, daemon: "Daemon | None" = None) -> None:
         self.policy = policy
         self.serving = serving
+        self.daemon = daemon
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.policy, name)
 
     def decide(self, snapshot: Any, now_s: float, state: Any) -> Decision:
-        return self.serving.hold_confined(self.policy.decide(snapshot, now_s, state))
+        before = state.to_dict() if self.daemon is not None and snapshot.pending else None
+        try:
+            return self.serving.hold_confined(self.policy.decide(snapshot, now_s, state))
+        except AsrptError:
+            raise
+        except Exception as error:
+            if before is None:
+                raise
+            try:
+                return self._isolating(snapshot, now_s, before, error)
+            except Exception:
+                assert self.daemon is not None
+                self.daemon.loop.state = self.policy.restore_state(before)  # the cycle changes nothing
+                raise
+
+    def _isolating(self, snapshot: Any, now_s: float, before: dict[str, Any], error: Exception) -> Decision:
+        """The policy failed on this queue: find the one pending job whose data it fails on
+        (bisection over "these jobs as ordinary ones", each try on a copy of the state from
+        before the cycle), schedule it as an ordinary job, or leave it to Slurm if even that
+        fails. Raises ``error`` when no single job explains the failure."""
+        daemon = self.daemon
+        assert daemon is not None
+        pending = list(snapshot.pending)
+        plain = lambda job: ordinary_job(job, now_s, daemon.speed, daemon.config.slurm.default_workload_class)  # noqa: E731
+
+        def attempt(jobs: list[Job]) -> tuple[Decision, Any] | None:
+            trial_state = self.policy.restore_state(before)
+            try:
+                decision = self.policy.decide(replace(snapshot, pending=tuple(jobs)), now_s, trial_state)
+            except AsrptError:
+                raise
+            except Exception:
+                return None
+            return self.serving.hold_confined(decision), trial_state
+
+        def first_plain(k: int) -> list[Job]:
+            return [plain(job) if i < k else job for i, job in enumerate(pending)]
+
+        if attempt(first_plain(len(pending))) is None:
+            raise error  # not one job's data: the policy fails on ordinary jobs too
+        low, high = 0, len(pending)  # first_plain(low) fails, first_plain(high) works
+        while high - low > 1:
+            middle = (low + high) // 2
+            if attempt(first_plain(middle)) is None:
+                low = middle
+            else:
+                high = middle
+        culprit = pending[high - 1]
+        reason = f"the policy failed on this job's data ({type(error).__name__}: {str(error)[:200]}); "
+        rest = [job for job in pending if job.job_id != culprit.job_id]
+        made = attempt([plain(job) if job.job_id == culprit.job_id else job for job in pending])
+        if made is not None:
+            reason += "scheduled as an ordinary job"
+        else:
+            made = attempt(rest)
+            reason += "left to Slurm's own scheduling this cycle"
+        if made is None:
+            raise error  # more than one job's data: fail the cycle (counted, /healthz degraded)
+        daemon.enrichment.isolate(culprit.job_id, reason)
+        decision, trial_state = made
+        daemon.loop.state = trial_state  # the failed decide may have left the old one half-updated
+        return decision
 
 
 class _PollWatch:
@@ -203,7 +265,7 @@ class Daemon:
         saved = repository.load_state(self.state_key)
         state = self.policy.restore_state(saved) if saved else self.policy.new_state()
         self.loop = SchedulingLoop(
-            backend=_PollWatch(self), clock=self.clock, policy=_ServingHolds(self.policy, self.serving),
+            backend=_PollWatch(self), clock=self.clock, policy=_ServingHolds(self.policy, self.serving, self),
             predictions=self.enrichment, state=state,
         )
         self.stats = CycleStats()

@@ -216,3 +216,46 @@ def test_one_finished_job_with_impossible_times_does_not_stop_the_outcome_sync(d
     assert daemon._last_sync_s == NOW_S  # the bad end time does not push the sync past every later job
     rows = {r.job_id: r for r in daemon.repository.history_rows(finished_only=True)}
     assert "101" in rows and "100" not in rows
+
+
+class _FailsOn:
+    """The real policy, except that it raises on a job whose prediction is ``poison``."""
+
+    def __init__(self, policy, poison: float, error: Exception) -> None:
+        self.policy, self.poison, self.error = policy, poison, error
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def decide(self, snapshot, now_s, state):
+        if any(job.predicted_iterations == self.poison for job in snapshot.pending):
+            raise self.error
+        return self.policy.decide(snapshot, now_s, state)
+
+
+def test_a_policy_error_on_one_jobs_data_isolates_that_job(daemon) -> None:
+    """Job 101 (predicted 300 iterations) makes the policy raise: the cycle finds it, schedules
+    it as an ordinary job and decides for everyone."""
+    daemon.loop.policy.policy = _FailsOn(daemon.policy, 300.0, ZeroDivisionError("division by zero"))
+    decision = daemon.cycle()
+    assert decision is not None, daemon.stats.last_error
+    assert {"101", "102", "103"} <= set(decision.order)
+    assert "the policy failed on this job's data (ZeroDivisionError" in _reason(daemon, "101")
+    assert "scheduled as an ordinary job" in _reason(daemon, "101")
+    assert daemon.stats.jobs_isolated == 1 and daemon.stats.escaped == 0
+
+
+def test_a_policy_error_no_single_job_explains_fails_the_cycle_and_keeps_the_state(daemon) -> None:
+    assert daemon.cycle() is not None
+    saved = daemon.loop.state.to_dict()
+
+    class Always:
+        def __getattr__(self, name):
+            return getattr(daemon.policy, name)
+
+        def decide(self, snapshot, now_s, state):
+            raise RuntimeError("broken for everyone")
+
+    daemon.loop.policy.policy = Always()
+    assert daemon.cycle() is None and daemon.stats.escaped == 1
+    assert daemon.loop.state.to_dict() == saved

@@ -7,6 +7,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sklearn.base import clone, is_regressor
 from sklearn.exceptions import NotFittedError
 
@@ -228,3 +230,23 @@ def test_model_cache_refuses_writable_places_and_other_versions(data, tmp_path, 
 
     monkeypatch.setattr(persist.sklearn, "__version__", "0.0-other")
     assert persist.load_model(path) is None
+
+
+
+@pytest.fixture(scope="module")
+def fitted(data) -> IterationPredictor:
+    return small().fit(*data)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 80))
+def test_predict_unchecked_is_the_forests_own_predict(data, fitted, seed: int, rows: int) -> None:
+    """The tree walk for a few rows (up to 64; beyond, scikit-learn's own predict) gives bit
+    for bit what scikit-learn's predict gives."""
+    X, _ = data
+    rng = np.random.default_rng(seed)
+    # Training rows, perturbed, with some features missing: both sides of many splits.
+    sample = X[rng.integers(0, len(X), rows)] * rng.uniform(0.5, 1.5, (rows, X.shape[1]))
+    sample[rng.random(sample.shape) < 0.1] = -1.0
+    np.testing.assert_array_equal(fitted._forest_mean(sample), fitted.forest_.predict(sample))
+    np.testing.assert_array_equal(fitted.predict_unchecked(sample), fitted.predict(sample))

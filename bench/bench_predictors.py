@@ -77,20 +77,21 @@ def main() -> None:
     parser.add_argument("--cluster", default="pai")
     parser.add_argument("--policy", default="asrpt")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N trace rows")
+    parser.add_argument("--seed", type=int, default=0, help="workload mapping and predictor seed")
     parser.add_argument("--predictors", default="history,rf", help="the first is the baseline of the ratio")
     args = parser.parse_args()
     cluster = load_cluster(args.cluster)
     speed = cluster.speed_table(default_speed_table())
     read = read_trace(args.trace, args.format, limit=args.limit)
-    jobs = build_jobs(read.records, cluster, speed, seed=0).jobs
+    jobs = build_jobs(read.records, cluster, speed, seed=args.seed).jobs
     bound_s = lower_bound_total_jct_s(jobs, cluster.partitions, cluster.nodes, speed)["total_jct_s"]
     names = args.predictors.split(",")
-    print(f"{len(jobs)} jobs, policy {args.policy}, cluster {args.cluster}, lower bound {bound_s:,.0f} s")
+    print(f"{len(jobs)} jobs, policy {args.policy}, cluster {args.cluster}, seed {args.seed}, lower bound {bound_s:,.0f} s")
     print("| predictor | wall s | x first | inside predictor s | total JCT s | x bound | MAE log1p iters | same, predicted > 0 | share > 0 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     baseline_wall_s = None
     for name in names:
-        predictions = Recorded(make_predictions(name, seed=0))
+        predictions = Recorded(make_predictions(name, seed=args.seed))
         started = time.perf_counter()
         result = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(args.policy, speed), predictions)
         wall_s = time.perf_counter() - started

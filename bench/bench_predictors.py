@@ -4,10 +4,11 @@ rf at most 2x history). Also prints total JCT and the error of the arrival predi
 (mean |log1p predicted - log1p true| iterations), so a faster predictor that predicts worse shows.
 Not a timed test: run it, read it, put the figures in bench/README.md.
 
-    .venv/bin/python bench/bench_predictors.py [--limit 3000] [--predictors history,rf]
+    .venv/bin/python bench/bench_predictors.py [--limit 3000] [--seed 0] [--predictors history,rf]
+        [--rf-unseen-policy zero|fallback|model]
 
 Uses only the public simulator API, so the same script measures an older checkout
-(``PYTHONPATH=<worktree>/src python bench/bench_predictors.py``).
+(``PYTHONPATH=<worktree>/src python bench/bench_predictors.py``; without --rf-unseen-policy).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--policy", default="asrpt")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N trace rows")
     parser.add_argument("--seed", type=int, default=0, help="workload mapping and predictor seed")
+    parser.add_argument("--rf-unseen-policy", default="zero", help="rf's prediction for a job without group history")
     parser.add_argument("--predictors", default="history,rf", help="the first is the baseline of the ratio")
     args = parser.parse_args()
     cluster = load_cluster(args.cluster)
@@ -91,7 +93,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     baseline_wall_s = None
     for name in names:
-        predictions = Recorded(make_predictions(name, seed=args.seed))
+        predictions = Recorded(make_predictions(name, seed=args.seed, rf_unseen_policy=args.rf_unseen_policy))
         started = time.perf_counter()
         result = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(args.policy, speed), predictions)
         wall_s = time.perf_counter() - started

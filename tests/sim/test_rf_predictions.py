@@ -82,3 +82,10 @@ def test_runs_finishing_at_the_submission_second_do_not_count() -> None:
     for job_id, runs in (("same", 0), ("next", 1)):
         assert predictions._arrived[job_id][COLUMN["group_count"]] == runs
         assert predictions._arrived[job_id][COLUMN["user_count"]] == runs
+
+
+def test_make_predictions_passes_the_unseen_policy() -> None:
+    from asrpt.sim.predictors import make_predictions
+
+    assert make_predictions("rf").unseen_policy == "zero"
+    assert make_predictions("rf", rf_unseen_policy="model").unseen_policy == "model"

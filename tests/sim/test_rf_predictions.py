@@ -89,3 +89,22 @@ def test_make_predictions_passes_the_unseen_policy() -> None:
 
     assert make_predictions("rf").unseen_policy == "zero"
     assert make_predictions("rf", rf_unseen_policy="model").unseen_policy == "model"
+
+
+def test_late_submissions_and_adopted_runs_fall_back_to_the_rebuild() -> None:
+    """A forecast replays from the present: jobs already running finish without having
+    arrived, and queued jobs were submitted before runs already folded in."""
+    cluster = load_cluster("pai")
+    speed = cluster.speed_table(default_speed_table())
+    first, second, third = build_jobs(read_trace(PAI_SLICE, "pai", limit=3).records, cluster, speed, seed=0).jobs[:3]
+    adopted = replace(first, submit_time_s=0.0)
+    queued = replace(second, user=first.user, group=first.group, submit_time_s=50.0)
+    newer = replace(third, user=first.user, group=first.group, submit_time_s=200.0)
+    predictions = RandomForestPredictions()
+    predictions.observe_finished(adopted, SimRecord(job=adopted), 100.0)  # never arrived here
+    predictions.iterations(newer)  # folds in the run that ended at 100
+    predictions.iterations(queued)  # submitted at 50: must not see it
+    assert predictions.rebuilds == 1
+    assert predictions._arrived[queued.job_id][COLUMN["group_count"]] == 0
+    assert predictions._arrived[newer.job_id][COLUMN["group_count"]] == 1
+    np.testing.assert_array_equal(predictions.training_matrix(), build_features(predictions._finished))

@@ -93,7 +93,9 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     baseline_wall_s = baseline_cpu_s = None
     for name in names:
-        predictions = Recorded(make_predictions(name, seed=args.seed, rf_unseen_policy=args.rf_unseen_policy))
+        # Only passed when asked for, so that the script runs against checkouts without it.
+        options = {} if args.rf_unseen_policy == "zero" else {"rf_unseen_policy": args.rf_unseen_policy}
+        predictions = Recorded(make_predictions(name, seed=args.seed, **options))
         started, started_cpu = time.perf_counter(), time.process_time()
         result = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(args.policy, speed), predictions)
         wall_s, cpu_s = time.perf_counter() - started, time.process_time() - started_cpu

@@ -1,10 +1,15 @@
 """The random-forest predictor inside a replay, learning only from what has finished.
 
+A job is featurised once, when it arrives, from the aggregates of every run finished before
+its submission (:class:`~asrpt.predict.features.CausalHistory`, kept up to date as jobs
+finish): O(1) per job instead of a feature rebuild per prediction. The same row is its
+training row once it has finished, because a job's features depend only on history older
+than its submission; so a refit stacks rows already built instead of re-sweeping the whole
+history. Both equal what :func:`~asrpt.predict.features.build_features` computes from
+scratch (tests pin it).
+
 The forest is refitted whenever the finished history has grown by half since the last fit
-(so fitting costs O(n log n) over a replay, not O(n^2)). A job's causal history features come
-from the finished runs of its own group and user, the only rows its aggregates depend on,
-capped at the most recent ``history_cap`` of each so that heavy users stay cheap; the count
-features saturate at that cap.
+(so fitting costs O(n log n) over a replay, not O(n^2)).
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from asrpt.core.model import ClusterSnapshot, Job
+from asrpt.predict.features import CausalHistory, build_features
 from asrpt.predict.features import JobRecord as FeatureRow
-from asrpt.predict.features import build_features
 from asrpt.predict.predictor import IterationPredictor
 from asrpt.sim.cluster import JobRecord
 
@@ -47,41 +52,48 @@ class RandomForestPredictions:
         unseen_policy: str = "zero",
         first_fit_after: int = 100,
         growth: float = 1.5,
-        history_cap: int = 200,
         n_estimators: int = 50,
     ) -> None:
         self.random_state = random_state
         self.unseen_policy = unseen_policy
         self.growth = growth
-        self.history_cap = history_cap
         self.n_estimators = n_estimators
         self._next_fit = first_fit_after
         self._finished: list[FeatureRow] = []
-        self._by_group: dict[str, list[FeatureRow]] = {}
-        self._by_user: dict[str, list[FeatureRow]] = {}
+        self._history = CausalHistory()
+        #: Feature row of each job that arrived and has not finished yet, by job id.
+        self._arrived: dict[str, np.ndarray] = {}
+        #: Training rows, parallel to ``_finished``; None once a finished job's arrival row
+        #: is unknown (it was running before the replay started): refits then rebuild.
+        self._train_rows: list[np.ndarray] | None = []
         self._model: IterationPredictor | None = None
         self.fits = 0
+        #: Arrivals featurised by a full rebuild (submitted before history already folded in).
+        self.rebuilds = 0
 
     def predict(self, job: Job, now_s: float) -> Job:
         return replace(job, predicted_iterations=self.iterations(job))
 
     def iterations(self, job: Job) -> float:
+        own = _row(job)
+        features = self._history.features(own)
+        if features is None:
+            features = build_features([*self._finished, own])[-1]
+            self.rebuilds += 1
+        self._arrived[job.job_id] = features
         if self._model is None:
             return 0.0
-        own = _row(job)
-        seen: dict[str, FeatureRow] = {}
-        for table, key in ((self._by_group, own.group), (self._by_user, own.user)):
-            for row in table.get(key or "", [])[-self.history_cap :]:
-                seen[row.job_id] = row
-        features = build_features([*seen.values(), own])[-1:]
-        return float(self._model.predict(features)[0])
+        return float(self._model.predict_unchecked(features[np.newaxis, :])[0])
 
     def observe_finished(self, job: Job, record: JobRecord, now_s: float) -> None:
         row = _row(record.job, end_time_s=now_s, iterations=float(record.job.true_iterations or 0.0))
         self._finished.append(row)
-        if row.group:
-            self._by_group.setdefault(row.group, []).append(row)
-        self._by_user.setdefault(row.user, []).append(row)
+        self._history.add_finished(row)
+        features = self._arrived.pop(record.job.job_id, None)
+        if features is None:
+            self._train_rows = None
+        elif self._train_rows is not None:
+            self._train_rows.append(features)
         if len(self._finished) >= self._next_fit:
             self._fit()
             self._next_fit = int(len(self._finished) * self.growth) + 1
@@ -90,8 +102,14 @@ class RandomForestPredictions:
         """Nothing to do: the engine calls ``predict`` for every job as it arrives."""
         return snapshot
 
+    def training_matrix(self) -> np.ndarray:
+        """Features of every finished job as of its submission (the rows a refit learns from)."""
+        if self._train_rows is None:
+            return build_features(self._finished)
+        return np.vstack(self._train_rows) if self._train_rows else build_features([])
+
     def _fit(self) -> None:
-        X = build_features(self._finished)
+        X = self.training_matrix()
         y = np.array([row.iterations for row in self._finished], dtype=float)
         self._model = IterationPredictor(
             n_estimators=self.n_estimators, random_state=self.random_state, unseen_policy=self.unseen_policy, n_jobs=1

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sklearn.base import clone, is_regressor
 from sklearn.exceptions import NotFittedError
 
@@ -228,3 +231,51 @@ def test_model_cache_refuses_writable_places_and_other_versions(data, tmp_path, 
 
     monkeypatch.setattr(persist.sklearn, "__version__", "0.0-other")
     assert persist.load_model(path) is None
+
+
+
+@pytest.fixture(scope="module")
+def fitted(data) -> IterationPredictor:
+    return small().fit(*data)
+
+
+def reference_predict(model: IterationPredictor, X: np.ndarray) -> np.ndarray:
+    """The prediction as first written: scikit-learn's forest on every row, then the
+    unseen-job overrides."""
+    reference = model._reference_log(X)
+    predicted = np.clip(np.expm1(reference + model.forest_.predict(X)), 0.0, None)
+    unseen = X[:, COLUMN["group_count"]] <= 0
+    hinted = unseen & (X[:, COLUMN["log_hint_adjusted"]] != -1.0)
+    predicted[hinted] = np.expm1(X[hinted, COLUMN["log_hint_adjusted"]])
+    rest = unseen & ~hinted
+    if model.unseen_policy == "zero":
+        predicted[rest] = 0.0
+    elif model.unseen_policy == "fallback":
+        predicted[rest] = np.expm1(reference[rest])
+    return predicted
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(1, 80),
+    policy=st.sampled_from(["zero", "fallback", "model"]),
+    unseen_share=st.floats(0, 1),
+)
+def test_predict_unchecked_is_the_forests_own_predict(
+    data, fitted, seed: int, rows: int, policy: str, unseen_share: float
+) -> None:
+    """The tree walk for a few rows (up to 64; beyond, scikit-learn's own predict) and the
+    forest skipped for rows an unseen-job rule decides give bit for bit the first version."""
+    X, _ = data
+    rng = np.random.default_rng(seed)
+    # Training rows, perturbed, with some features missing: both sides of many splits.
+    sample = X[rng.integers(0, len(X), rows)] * rng.uniform(0.5, 1.5, (rows, X.shape[1]))
+    sample[rng.random(sample.shape) < 0.1] = -1.0
+    unseen = rng.random(rows) < unseen_share
+    sample[unseen, COLUMN["group_count"]] = 0.0
+    sample[unseen & (rng.random(rows) < 0.5), COLUMN["log_hint_adjusted"]] = rng.uniform(0, 12)
+    model = copy.copy(fitted).set_params(unseen_policy=policy)  # the same trees, another rule
+    np.testing.assert_array_equal(model._forest_mean(sample), model.forest_.predict(sample))
+    np.testing.assert_array_equal(model.predict_unchecked(sample), reference_predict(model, sample))
+    np.testing.assert_array_equal(model.predict(sample), reference_predict(model, sample))

@@ -1,0 +1,110 @@
+"""The simulator's random-forest predictor: its fast path predicts what a full causal rebuild
+predicts, and nothing that finished at or after a job's submission reaches its prediction."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asrpt.core.policies import make_policy
+from asrpt.core.speed import default_speed_table
+from asrpt.predict.features import COLUMN, build_features
+from asrpt.sim.cluster import JobRecord as SimRecord
+from asrpt.sim.clusters import load_cluster
+from asrpt.sim.engine import simulate
+from asrpt.sim.rf_predictions import RandomForestPredictions, _row
+from asrpt.sim.traces import read_trace
+from asrpt.sim.workload import build_jobs
+
+PAI_SLICE = Path(str(resources.files("asrpt").joinpath("data/traces/pai_slice.csv")))
+
+
+class CheckedRandomForest(RandomForestPredictions):
+    """Recomputes every prediction from scratch, as the predictor did before it kept
+    aggregates: a full ``build_features`` over the finished runs and scikit-learn's validated
+    ``predict``, and records both."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.checked: list[tuple[float, float, float]] = []
+
+    def iterations(self, job):  # type: ignore[no-untyped-def]
+        fast = super().iterations(job)
+        own = _row(job)
+        past = [row for row in self._finished if row.end_time_s < job.submit_time_s]
+        rebuilt = build_features([*past, own])[-1:]
+        np.testing.assert_array_equal(self._arrived[job.job_id], rebuilt[0])
+        slow = 0.0 if self._model is None else float(self._model.predict(rebuilt)[0])
+        self.checked.append((job.submit_time_s, fast, slow))
+        return fast
+
+
+@pytest.fixture(scope="module")
+def replayed() -> CheckedRandomForest:
+    cluster = load_cluster("pai")
+    speed = cluster.speed_table(default_speed_table())
+    jobs = build_jobs(read_trace(PAI_SLICE, "pai", limit=700).records, cluster, speed, seed=0).jobs
+    # "model": every job goes through the forest, not only those with group history.
+    predictions = CheckedRandomForest(first_fit_after=60, n_estimators=10, unseen_policy="model")
+    simulate(jobs, cluster.partitions, cluster.nodes, make_policy("asrpt", speed), predictions)
+    return predictions
+
+
+def test_every_prediction_equals_the_full_rebuild(replayed: CheckedRandomForest) -> None:
+    assert replayed.fits >= 3 and replayed.rebuilds == 0
+    fast, slow = np.array([(f, s) for _, f, s in replayed.checked]).T
+    assert (fast > 0).sum() > 400  # the forest predicted them, not the zero before a fit
+    np.testing.assert_array_equal(fast, slow)
+
+
+def test_refits_learn_each_run_from_its_features_at_submission(replayed: CheckedRandomForest) -> None:
+    """The stacked arrival rows are the matrix a full causal sweep of the history gives."""
+    np.testing.assert_array_equal(replayed.training_matrix(), build_features(replayed._finished))
+
+
+def test_runs_finishing_at_the_submission_second_do_not_count() -> None:
+    """The clock hands over a finish before an arrival at the same second; that run must wait
+    for the next, later submission."""
+    cluster = load_cluster("pai")
+    speed = cluster.speed_table(default_speed_table())
+    done, other = build_jobs(read_trace(PAI_SLICE, "pai", limit=2).records, cluster, speed, seed=0).jobs[:2]
+    same_second = replace(other, job_id="same", user=done.user, group=done.group, submit_time_s=100.0)
+    next_second = replace(same_second, job_id="next", submit_time_s=101.0)
+    predictions = RandomForestPredictions()
+    predictions.iterations(done)
+    predictions.observe_finished(done, SimRecord(job=done), 100.0)
+    predictions.iterations(same_second)
+    predictions.iterations(next_second)
+    for job_id, runs in (("same", 0), ("next", 1)):
+        assert predictions._arrived[job_id][COLUMN["group_count"]] == runs
+        assert predictions._arrived[job_id][COLUMN["user_count"]] == runs
+
+
+def test_make_predictions_passes_the_unseen_policy() -> None:
+    from asrpt.sim.predictors import make_predictions
+
+    assert make_predictions("rf").unseen_policy == "zero"
+    assert make_predictions("rf", rf_unseen_policy="model").unseen_policy == "model"
+
+
+def test_late_submissions_and_adopted_runs_fall_back_to_the_rebuild() -> None:
+    """A forecast replays from the present: jobs already running finish without having
+    arrived, and queued jobs were submitted before runs already folded in."""
+    cluster = load_cluster("pai")
+    speed = cluster.speed_table(default_speed_table())
+    first, second, third = build_jobs(read_trace(PAI_SLICE, "pai", limit=3).records, cluster, speed, seed=0).jobs[:3]
+    adopted = replace(first, submit_time_s=0.0)
+    queued = replace(second, user=first.user, group=first.group, submit_time_s=50.0)
+    newer = replace(third, user=first.user, group=first.group, submit_time_s=200.0)
+    predictions = RandomForestPredictions()
+    predictions.observe_finished(adopted, SimRecord(job=adopted), 100.0)  # never arrived here
+    predictions.iterations(newer)  # folds in the run that ended at 100
+    predictions.iterations(queued)  # submitted at 50: must not see it
+    assert predictions.rebuilds == 1
+    assert predictions._arrived[queued.job_id][COLUMN["group_count"]] == 0
+    assert predictions._arrived[newer.job_id][COLUMN["group_count"]] == 1
+    np.testing.assert_array_equal(predictions.training_matrix(), build_features(predictions._finished))

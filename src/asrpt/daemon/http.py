@@ -8,6 +8,12 @@ anything: GET and HEAD only, every other method gets 405. The answers name users
 contrib/slurm/README-http.md says how to expose it safely (reverse proxy with TLS and
 authentication; never bind it to a public address directly).
 
+Limits, so that the endpoint never takes what the cycle needs (descriptors, threads): one
+request per connection (then it is closed); the request head must arrive whole within
+``request_timeout_s`` (trickling bytes does not extend it: slowloris) and fit in
+``max_request_bytes``; at most ``max_connections`` are open at once: beyond it the oldest one
+still sending its request is dropped, else the new one gets 503.
+
 Routes: ``/`` (HTML timeline), ``/queue`` (optionally ``?user=a,b&partition=p``),
 ``/eta/<jobid>``, ``/metrics``, ``/healthz``.
 """
@@ -19,7 +25,9 @@ import hashlib
 import json
 import logging
 import math
+import io
 import os
+import re
 import socket
 import threading
 import time
@@ -40,6 +48,13 @@ ACCURACY_TTL_S = 60.0
 #: Finished jobs the accuracy metrics look at (the most recent ones).
 ACCURACY_JOBS = 200
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: Seconds a client has for its whole request head, and for each write of the answer.
+REQUEST_TIMEOUT_S = 10.0
+#: Connections open at once (each is a descriptor and a thread of this process).
+MAX_CONNECTIONS = 64
+#: Largest request head (request line and headers), bytes.
+MAX_REQUEST_BYTES = 8192
+_END_OF_HEAD = re.compile(rb"\r?\n\r?\n")
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -109,6 +124,57 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps({"error": f"method {self.command} not allowed: this endpoint is read-only"}).encode()
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, body, "application/json", head=False, extra={"Allow": "GET, HEAD"})
 
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout_s  # socket timeout of every read and write
+        super().setup()
+
+    def handle(self) -> None:
+        """One request, read with a deadline for its whole head, then the connection closes."""
+        head = self._read_head()
+        if head is None:
+            return
+        self.server.request_received(self.request)
+        stream, self.rfile = self.rfile, io.BytesIO(head)
+        stream.close()  # else its reference keeps the socket's descriptor open
+        self.connection.settimeout(self.server.request_timeout_s)
+        self.handle_one_request()
+        self.close_connection = True
+
+    def _read_head(self) -> bytes | None:
+        """The request line and headers, or None (answered 408/431, or the client went away)."""
+        limit = self.server.max_request_bytes
+        deadline_s = time.monotonic() + self.server.request_timeout_s
+        data = bytearray()
+        while True:
+            end = _END_OF_HEAD.search(data)
+            if end is not None and end.end() <= limit:
+                return bytes(data[: end.end()])
+            if end is not None or len(data) >= limit:
+                self._refuse_raw(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"request head over {limit} bytes")
+                return None
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                self._refuse_raw(HTTPStatus.REQUEST_TIMEOUT, f"request head not received within {self.server.request_timeout_s:g} s")
+                return None
+            self.connection.settimeout(remaining_s)
+            try:
+                chunk = self.connection.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+
+    def _refuse_raw(self, status: HTTPStatus, why: str) -> None:
+        """Answer before any request was parsed (best effort: the client may be gone)."""
+        self.connection.settimeout(1.0)
+        try:
+            self.connection.sendall(_raw_answer(status, why))
+        except OSError:
+            pass
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
         log.debug("http %s: " + format, self.address_string(), *args)
 
@@ -150,6 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Connection", "close")
         for key, value in (extra or {}).items():
             self.send_header(key, value)
         self.end_headers()
@@ -157,13 +224,42 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+def _raw_answer(status: HTTPStatus, why: str) -> bytes:
+    body = (json.dumps({"error": why}) + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 class AsrptHTTPServer(ThreadingHTTPServer):
     """The endpoint; ``serve_forever`` runs in a daemon thread started by :func:`start_http_server`."""
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # waiting in the kernel, not in this process
 
-    def __init__(self, address: tuple[str, int], daemon: Any) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        daemon: Any,
+        *,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
+        if not (request_timeout_s > 0 and max_connections >= 1 and max_request_bytes >= 64):
+            raise ConfigError(
+                f"HTTP limits: request_timeout_s {request_timeout_s} must be > 0, max_connections "
+                f"{max_connections} >= 1, max_request_bytes {max_request_bytes} >= 64"
+            )
+        self.request_timeout_s = float(request_timeout_s)
+        self.max_connections = int(max_connections)
+        self.max_request_bytes = int(max_request_bytes)
+        #: Open connections: socket -> [accepted at (monotonic s), still reading its request].
+        self._connections: dict[socket.socket, list[Any]] = {}
+        self._connections_lock = threading.Lock()
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         #: The ``asrpt.daemon.service.Daemon`` whose last cycle is served.
         self.asrpt = daemon
@@ -179,6 +275,50 @@ class AsrptHTTPServer(ThreadingHTTPServer):
     def shutdown(self) -> None:
         super().shutdown()
         self.server_close()
+
+    # -- connection limit ------------------------------------------------------------------------
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._admit(request):
+            try:
+                request.setblocking(False)
+                request.send(_raw_answer(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections"))
+            except OSError:
+                pass
+            super().shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def _admit(self, request: socket.socket) -> bool:
+        """Take a slot for ``request``; at the cap, drop the oldest connection still reading."""
+        with self._connections_lock:
+            if len(self._connections) >= self.max_connections:
+                reading = [sock for sock, (_, still_reading) in self._connections.items() if still_reading]
+                if not reading:
+                    return False
+                oldest = min(reading, key=lambda sock: self._connections[sock][0])
+                del self._connections[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)  # its thread sees the end and closes it
+                except OSError:
+                    pass
+            self._connections[request] = [time.monotonic(), True]
+            return True
+
+    def request_received(self, request: socket.socket) -> None:
+        """``request`` has sent its head: it is served now, no longer a candidate to drop."""
+        with self._connections_lock:
+            if request in self._connections:
+                self._connections[request][1] = False
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.pop(request, None)
+        super().shutdown_request(request)
+
+    def connection_count(self) -> int:
+        """Connections holding a slot now."""
+        with self._connections_lock:
+            return len(self._connections)
 
     @property
     def url(self) -> str:
@@ -337,9 +477,10 @@ def render_metrics(daemon: Any, accuracy: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start_http_server(daemon: Any, bind: str) -> AsrptHTTPServer:
-    """Serve ``daemon``'s last cycle on ``bind`` from a daemon thread; ``shutdown()`` stops it."""
-    server = AsrptHTTPServer(parse_bind(bind), daemon)
+def start_http_server(daemon: Any, bind: str, **limits: Any) -> AsrptHTTPServer:
+    """Serve ``daemon``'s last cycle on ``bind`` from a daemon thread; ``shutdown()`` stops it.
+    ``limits``: ``request_timeout_s``, ``max_connections``, ``max_request_bytes``."""
+    server = AsrptHTTPServer(parse_bind(bind), daemon, **limits)
     thread = threading.Thread(target=server.serve_forever, name="asrptd-http", daemon=True)
     thread.start()
     log.info("read-only HTTP endpoint on %s", server.url)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
+import select
 import shutil
+import socket
 import subprocess
+import time
 
 import pytest
 
@@ -147,3 +151,76 @@ def test_timeline_renders_in_headless_chromium(server, tmp_path) -> None:
     assert ("run", "100") in bars
     status = re.search(r'<div id="status"[^>]*>([^<]*)<', dom)
     assert status and status.group(1).startswith("4 of 4 jobs, policy asrpt"), status
+
+
+# -- resource limits: the endpoint never takes what the cycle needs ------------------------------
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _slow_client(server, head: bytes = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ") -> socket.socket:
+    """A client that sends part of a request head and then nothing (slowloris)."""
+    client = socket.create_connection(server.server_address[:2], timeout=10)
+    client.sendall(head)
+    return client
+
+
+def _read_all(client: socket.socket) -> bytes:
+    chunks = []
+    while chunk := client.recv(4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_slow_connections_neither_exhaust_descriptors_nor_block_healthz(daemon) -> None:
+    server = start_http_server(daemon, "127.0.0.1:0", request_timeout_s=30.0, max_connections=8)
+    slow: list[socket.socket] = []
+    try:
+        before = _open_fds()
+        slow = [_slow_client(server) for _ in range(100)]
+        time.sleep(0.5)
+        server_side = _open_fds() - before - len(slow)  # the clients live in this process too
+        assert server_side <= 8 + 2, f"{server_side} descriptors held by the endpoint for 100 stalled clients"
+        assert server.connection_count() <= 8
+        started_s = time.monotonic()
+        status, _, body = request(server, "GET", "/healthz")
+        assert (status, body) == (200, b"ok\n") and time.monotonic() - started_s < 5.0
+    finally:
+        for client in slow:
+            client.close()
+        server.shutdown()
+
+
+def test_a_trickled_request_head_is_cut_off_at_the_read_timeout(daemon) -> None:
+    server = start_http_server(daemon, "127.0.0.1:0", request_timeout_s=1.0)
+    client = _slow_client(server, b"GET /healthz HTTP/1.1\r\n")
+    try:
+        started_s = time.monotonic()
+        answer, closed = b"", False
+        while not closed and time.monotonic() - started_s < 5.0:  # one header byte every 0.1 s
+            try:
+                client.sendall(b"X")
+                if select.select([client], [], [], 0.1)[0]:
+                    chunk = client.recv(4096)
+                    answer, closed = answer + chunk, not chunk
+            except OSError:
+                closed = True
+        assert closed and time.monotonic() - started_s < 3.0
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408 ")
+    finally:
+        client.close()
+        server.shutdown()
+
+
+def test_an_oversized_request_head_is_refused(daemon) -> None:
+    server = start_http_server(daemon, "127.0.0.1:0", max_request_bytes=4096)
+    try:
+        client = _slow_client(server, b"GET /queue HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 10_000 + b"\r\n\r\n")
+        assert _read_all(client).startswith(b"HTTP/1.1 431 ")
+        client.close()
+        assert request(server, "GET", "/healthz")[0] == 200
+    finally:
+        server.shutdown()

@@ -14,6 +14,11 @@ request per connection (then it is closed); the request head must arrive whole w
 ``max_request_bytes``; at most ``max_connections`` are open at once: beyond it the oldest one
 still sending its request is dropped, else the new one gets 503.
 
+DNS rebinding (a web page whose name is made to resolve to this machine reads ``/queue``) is
+refused by the Host header: only this machine's names (localhost, its hostname and FQDN, the
+bind address), the IP address the client connected to, and ``allowed_hosts`` (a reverse
+proxy's public name) are answered; any other Host gets 421, a missing one (HTTP/1.1) 400.
+
 Routes: ``/`` (HTML timeline), ``/queue`` (optionally ``?user=a,b&partition=p``),
 ``/eta/<jobid>``, ``/metrics``, ``/healthz``.
 """
@@ -26,6 +31,7 @@ import json
 import logging
 import math
 import io
+import ipaddress
 import os
 import re
 import socket
@@ -167,6 +173,36 @@ class _Handler(BaseHTTPRequestHandler):
                 return None
             data += chunk
 
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        refusal = self._host_refusal()
+        if refusal is None:
+            return True
+        status, why = refusal
+        self._json({"error": why}, status=status, head=self.command == "HEAD")
+        return False
+
+    def _host_refusal(self) -> tuple[HTTPStatus, str] | None:
+        """Why the Host header is not acceptable, or None when it is."""
+        values = self.headers.get_all("Host") or []
+        if len(values) > 1:
+            return HTTPStatus.BAD_REQUEST, "more than one Host header"
+        if not values:
+            if self.request_version >= "HTTP/1.1":
+                return HTTPStatus.BAD_REQUEST, "an HTTP/1.1 request needs a Host header"
+            return None  # HTTP/1.0 without Host: not a browser
+        try:
+            name = host_name(values[0])
+        except ValueError:
+            return HTTPStatus.BAD_REQUEST, f"malformed Host header {values[0]!r}"
+        if self.server.host_allowed(name, local_address=self.connection.getsockname()[0]):
+            return None
+        return (
+            HTTPStatus.MISDIRECTED_REQUEST,
+            f"Host {values[0]!r} is not a name of this server (a proxy's name belongs in its allowed hosts)",
+        )
+
     def _refuse_raw(self, status: HTTPStatus, why: str) -> None:
         """Answer before any request was parsed (best effort: the client may be gone)."""
         self.connection.settimeout(1.0)
@@ -224,6 +260,40 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+def host_name(value: str) -> str:
+    """The name in a Host header (``name``, ``name:port``, ``[v6]:port``), lower case, without a
+    trailing dot; ValueError when it is malformed."""
+    text = value.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(value)
+        name, rest = text[1:end], text[end + 1 :]
+        if rest and not (rest[0] == ":" and rest[1:].isdigit()):
+            raise ValueError(value)
+    elif text.count(":") == 1:
+        name, port = text.split(":")
+        if not port.isdigit():
+            raise ValueError(value)
+    elif ":" in text:
+        raise ValueError(value)  # a bare IPv6 address needs brackets
+    else:
+        name = text
+    name = name.lower().rstrip(".")
+    if not name or any(c.isspace() or c in "/@\\" for c in name):
+        raise ValueError(value)
+    return name
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped or address
+
+
 def _raw_answer(status: HTTPStatus, why: str) -> bytes:
     body = (json.dumps({"error": why}) + "\n").encode()
     head = (
@@ -248,6 +318,7 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        allowed_hosts: Any = (),
     ) -> None:
         if not (request_timeout_s > 0 and max_connections >= 1 and max_request_bytes >= 64):
             raise ConfigError(
@@ -260,6 +331,13 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         #: Open connections: socket -> [accepted at (monotonic s), still reading its request].
         self._connections: dict[socket.socket, list[Any]] = {}
         self._connections_lock = threading.Lock()
+        if isinstance(allowed_hosts, str):
+            allowed_hosts = allowed_hosts.split(",")
+        names = {"localhost", socket.gethostname(), socket.getfqdn(), *(h for h in allowed_hosts if h.strip())}
+        if _ip(address[0]) is None or not _ip(address[0]).is_unspecified:  # type: ignore[union-attr]
+            names.add(address[0])
+        #: Host names answered (lower case, no trailing dot); IP addresses are checked per connection.
+        self.allowed_hosts = frozenset(host_name(n) for n in names if n)
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         #: The ``asrpt.daemon.service.Daemon`` whose last cycle is served.
         self.asrpt = daemon
@@ -314,6 +392,14 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.pop(request, None)
         super().shutdown_request(request)
+
+    def host_allowed(self, name: str, *, local_address: str) -> bool:
+        """A Host name this server answers: one of its names, or a loopback address or the
+        address the client reached (an address literal cannot be rebound by DNS)."""
+        if name in self.allowed_hosts or name.endswith(".localhost"):
+            return True
+        address = _ip(name)
+        return address is not None and (address.is_loopback or address == _ip(local_address))
 
     def connection_count(self) -> int:
         """Connections holding a slot now."""
@@ -479,7 +565,9 @@ def render_metrics(daemon: Any, accuracy: Any) -> str:
 
 def start_http_server(daemon: Any, bind: str, **limits: Any) -> AsrptHTTPServer:
     """Serve ``daemon``'s last cycle on ``bind`` from a daemon thread; ``shutdown()`` stops it.
-    ``limits``: ``request_timeout_s``, ``max_connections``, ``max_request_bytes``."""
+    ``limits``: ``request_timeout_s``, ``max_connections``, ``max_request_bytes``,
+    ``allowed_hosts`` (default: ``[daemon] http_allowed_hosts`` where the configuration has it)."""
+    limits.setdefault("allowed_hosts", getattr(daemon.config.daemon, "http_allowed_hosts", ()) or ())
     server = AsrptHTTPServer(parse_bind(bind), daemon, **limits)
     thread = threading.Thread(target=server.serve_forever, name="asrptd-http", daemon=True)
     thread.start()

@@ -224,3 +224,50 @@ def test_an_oversized_request_head_is_refused(daemon) -> None:
         assert request(server, "GET", "/healthz")[0] == 200
     finally:
         server.shutdown()
+
+
+# -- Host header: no DNS rebinding --------------------------------------------------------------
+
+
+def raw_request(server, head: bytes) -> tuple[int, bytes]:
+    client = socket.create_connection(server.server_address[:2], timeout=10)
+    try:
+        client.sendall(head)
+        answer = _read_all(client)
+    finally:
+        client.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_only_this_machines_names_are_accepted_as_host(daemon) -> None:
+    """A page on evil.example whose name rebinds to 127.0.0.1 sends ``Host: evil.example``."""
+    server = start_http_server(daemon, "127.0.0.1:0", allowed_hosts=("Queue.Example.org",))
+    port = server.server_address[1]
+    try:
+        def status(host: str) -> int:
+            return raw_request(server, f"GET /queue HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())[0]
+
+        for good in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST.", f"{socket.gethostname()}:{port}",
+                     socket.getfqdn(), "queue.example.org", f"queue.example.org:{port}"):
+            assert status(good) == 200, good
+        for bad in ("evil.example", f"evil.example:{port}", f"localhost.evil.example:{port}", "10.1.2.3", "", "[::1"):
+            assert status(bad) in (421, 400), bad
+        assert status(f"evil.example:{port}") == 421
+        code, body = raw_request(server, b"GET /queue HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        assert code == 421 and b"evil.example" in body and b"jobs" not in body
+        assert raw_request(server, b"GET /queue HTTP/1.1\r\n\r\n")[0] == 400  # HTTP/1.1 requires Host
+        assert raw_request(server, b"GET /queue HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n")[0] == 400
+        assert raw_request(server, b"GET /healthz HTTP/1.0\r\n\r\n")[0] == 200  # not a browser
+        assert raw_request(server, b"POST /queue HTTP/1.1\r\nHost: evil.example\r\n\r\n")[0] == 421
+    finally:
+        server.shutdown()
+
+
+def test_a_wildcard_bind_accepts_the_address_the_client_reached(daemon) -> None:
+    server = start_http_server(daemon, "0.0.0.0:0")
+    try:
+        assert raw_request(server, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200
+        assert raw_request(server, b"GET /healthz HTTP/1.1\r\nHost: 10.200.1.2\r\n\r\n")[0] == 421
+    finally:
+        server.shutdown()

@@ -26,6 +26,7 @@ Routes: ``/`` (HTML timeline), ``/queue`` (optionally ``?user=a,b&partition=p``)
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import logging
@@ -563,12 +564,27 @@ def render_metrics(daemon: Any, accuracy: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bind_problem(error: OSError) -> str:
+    if isinstance(error, socket.gaierror):
+        return f"the host name cannot be resolved ({error.strerror})"
+    reasons = {
+        errno.EADDRINUSE: "the port is in use (another asrptd, or another service)",
+        errno.EADDRNOTAVAIL: "not an address of this machine",
+        errno.EACCES: "permission denied (ports below 1024 need privileges)",
+    }
+    return reasons.get(error.errno or 0, error.strerror or str(error))
+
+
 def start_http_server(daemon: Any, bind: str, **limits: Any) -> AsrptHTTPServer:
     """Serve ``daemon``'s last cycle on ``bind`` from a daemon thread; ``shutdown()`` stops it.
     ``limits``: ``request_timeout_s``, ``max_connections``, ``max_request_bytes``,
     ``allowed_hosts`` (default: ``[daemon] http_allowed_hosts`` where the configuration has it)."""
     limits.setdefault("allowed_hosts", getattr(daemon.config.daemon, "http_allowed_hosts", ()) or ())
-    server = AsrptHTTPServer(parse_bind(bind), daemon, **limits)
+    host, port = parse_bind(bind)
+    try:
+        server = AsrptHTTPServer((host, port), daemon, **limits)
+    except OSError as error:
+        raise ConfigError(f"[daemon] http_bind {bind!r}: cannot listen on {host} port {port}: {_bind_problem(error)}") from None
     thread = threading.Thread(target=server.serve_forever, name="asrptd-http", daemon=True)
     thread.start()
     log.info("read-only HTTP endpoint on %s", server.url)

@@ -10,6 +10,7 @@ import select
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -271,3 +272,47 @@ def test_a_wildcard_bind_accepts_the_address_the_client_reached(daemon) -> None:
         assert raw_request(server, b"GET /healthz HTTP/1.1\r\nHost: 10.200.1.2\r\n\r\n")[0] == 421
     finally:
         server.shutdown()
+
+
+# -- the bind is checked when the daemon starts ---------------------------------------------------
+
+
+def test_a_bind_that_cannot_work_is_a_clear_configuration_error(daemon) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"http_bind '127.0.0.1:{port}'.*in use"):
+            start_http_server(daemon, f"127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match=r"192.0.2.1.*not an address of this machine"):
+        start_http_server(daemon, "192.0.2.1:0")
+    with pytest.raises(ConfigError, match=r"no-such-host.invalid.*cannot be resolved"):
+        start_http_server(daemon, "no-such-host.invalid:0")
+
+
+def test_asrptd_refuses_to_start_on_a_port_in_use_before_its_first_cycle(tmp_path) -> None:
+    """The error comes at start, not after a first cycle against Slurm."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for command in ("squeue", "sinfo", "scontrol", "sacct"):
+        script = bin_dir / command
+        script.write_text(f"#!/bin/sh\necho {command} >> {calls}\nexit 1\n")
+        script.chmod(0o755)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "asrpt.toml"
+        config.write_text(
+            f'[daemon]\nhttp_bind = "127.0.0.1:{port}"\nstate_dir = "{tmp_path / "state"}"\n'
+            f'[database]\nurl = "sqlite:///{tmp_path / "asrpt.db"}"\n'
+            f'[spool]\ndir = "{tmp_path / "spool"}"\n[slurm]\nbin_dir = "{bin_dir}"\n'
+        )
+        completed = subprocess.run(
+            [sys.executable, "-m", "asrpt.daemon.main", "--config", str(config)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert f"http_bind '127.0.0.1:{port}'" in completed.stderr and "in use" in completed.stderr
+    assert not calls.exists() or "squeue" not in calls.read_text(), "Slurm was polled before the bind was checked"

@@ -2,7 +2,10 @@
 
 They read the forecasts the daemon stores every cycle and nothing else: no model is loaded,
 Slurm is not asked, and neither numpy nor scikit-learn is imported, so they answer at once
-on a login node. The database is ``--url``, else ``$ASRPT_DATABASE_URL``, else the
+on a login node. Text output shows control characters in job names (and every other value)
+as escapes (``\\x1b``); ``--json`` keeps the raw strings, escaped by JSON.
+
+The database is ``--url``, else ``$ASRPT_DATABASE_URL``, else the
 ``[database] url`` of the daemon's configuration file (``$ASRPT_CONFIG`` or
 /etc/asrpt/asrpt.toml, read directly: only that key is looked at, so an unrelated mistake in
 the file cannot break a user's command), else the default.
@@ -198,7 +201,7 @@ def run_eta(args: argparse.Namespace) -> int:
         print(json.dumps(queue_view.job_json(row), indent=2))
         return 0
     for line in eta_lines(row, now_s):
-        print(line)
+        print(queue_view.printable(line))
     if row.current:
         _warn_if_stale(row.made_at_s, now_s)
     return 0
@@ -254,6 +257,8 @@ def eta_lines(row: Any, now_s: float) -> list[str]:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from asrpt.cli.queue_view import printable
+
     repository = _open(args)
     try:
         row = repository.forecast_for(args.job_id)
@@ -267,7 +272,7 @@ def run_explain(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2))
         return 0
     for line in explain_lines(row, facts, now_s):
-        print(line)
+        print(printable(line))
     if row.current:
         _warn_if_stale(row.made_at_s, now_s)
     return 0

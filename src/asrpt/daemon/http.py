@@ -19,6 +19,10 @@ refused by the Host header: only this machine's names (localhost, its hostname a
 bind address), the IP address the client connected to, and ``allowed_hosts`` (a reverse
 proxy's public name) are answered; any other Host gets 421, a missing one (HTTP/1.1) 400.
 
+With Slurm's ``PrivateData=jobs`` (read as :mod:`asrpt.cli.queue_privacy` says, at most once
+a minute) the endpoint cannot tell who asks, so ``/queue`` serves only aggregate counts
+(``counts``; ``jobs`` is empty) and ``/eta/<jobid>`` answers 403.
+
 Routes: ``/`` (HTML timeline), ``/queue`` (optionally ``?user=a,b&partition=p``),
 ``/eta/<jobid>``, ``/metrics``, ``/healthz``.
 """
@@ -44,6 +48,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from asrpt import __version__
+from asrpt.cli.queue_privacy import JobPrivacy, counts, read_job_privacy
 from asrpt.cli.queue_view import job_json, queue_json
 from asrpt.exceptions import AsrptError, ConfigError
 
@@ -54,6 +59,8 @@ DEFAULT_HOST = "127.0.0.1"
 ACCURACY_TTL_S = 60.0
 #: Finished jobs the accuracy metrics look at (the most recent ones).
 ACCURACY_JOBS = 200
+#: How long Slurm's PrivateData setting is reused, seconds.
+PRIVACY_TTL_S = 60.0
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Seconds a client has for its whole request head, and for each write of the answer.
 REQUEST_TIMEOUT_S = 10.0
@@ -225,6 +232,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.OK, page, "text/html; charset=utf-8", head=head, extra={"Content-Security-Policy": self.server.csp})
             elif path == "/queue":
                 self._json(self.server.queue(parse_qs(url.query)), head=head)
+            elif path.startswith("/eta/") and self.server.privacy().private_jobs:
+                why = "Slurm's PrivateData=jobs: per-job forecasts are not served over HTTP (it cannot tell who asks); use asrpt eta"
+                self._json({"error": why}, status=HTTPStatus.FORBIDDEN, head=head)
             elif path.startswith("/eta/"):
                 job_id = unquote(path[len("/eta/") :])
                 found = self.server.eta(job_id)
@@ -320,6 +330,7 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         max_connections: int = MAX_CONNECTIONS,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         allowed_hosts: Any = (),
+        job_privacy: Callable[[], JobPrivacy] | None = None,
     ) -> None:
         if not (request_timeout_s > 0 and max_connections >= 1 and max_request_bytes >= 64):
             raise ConfigError(
@@ -349,6 +360,9 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         )
         self._accuracy: tuple[float, Any] | None = None
         self._accuracy_lock = threading.Lock()
+        self._read_privacy = job_privacy or self._slurm_privacy
+        self._privacy: tuple[float, JobPrivacy] | None = None
+        self._privacy_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def shutdown(self) -> None:
@@ -413,9 +427,28 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
 
     # -- what the routes serve ------------------------------------------------------------------
+    def _slurm_privacy(self) -> JobPrivacy:
+        slurm = self.asrpt.config.slurm
+        privacy, warning = read_job_privacy(slurm_conf=slurm.slurm_conf, bin_dir=slurm.bin_dir)
+        if warning:
+            log.warning("http: %s; /queue serves counts only", warning.replace("showing only your own jobs", "jobs count as private"))
+        return privacy
+
+    def privacy(self) -> JobPrivacy:
+        """Slurm's PrivateData setting, read at most once a minute."""
+        with self._privacy_lock:
+            now = time.monotonic()
+            if self._privacy is None or now - self._privacy[0] >= PRIVACY_TTL_S:
+                self._privacy = (now, self._read_privacy())
+            return self._privacy[1]
+
     def queue(self, query: dict[str, list[str]]) -> dict[str, Any]:
         stats = self.asrpt.stats
         rows = stats.forecast_rows
+        if self.privacy().private_jobs:  # no caller identity over TCP: nothing that names a job
+            out = queue_json([], made_at_s=stats.forecast_made_at_s, policy=self.asrpt.policy.name)
+            out.update(private_data="jobs", counts=counts(rows), now_s=time.time())
+            return out
         users = {u for value in query.get("user", []) for u in value.split(",") if u}
         parts = {p for value in query.get("partition", []) for p in value.split(",") if p}
         if users:

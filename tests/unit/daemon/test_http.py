@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -316,3 +317,27 @@ def test_asrptd_refuses_to_start_on_a_port_in_use_before_its_first_cycle(tmp_pat
     assert completed.returncode == 2, completed.stderr[-2000:]
     assert f"http_bind '127.0.0.1:{port}'" in completed.stderr and "in use" in completed.stderr
     assert not calls.exists() or "squeue" not in calls.read_text(), "Slurm was polled before the bind was checked"
+
+
+# -- Slurm's PrivateData=jobs: no caller identity over TCP, so counts only -------------------------
+
+
+def test_private_data_jobs_serves_only_counts(daemon, tmp_path) -> None:
+    assert daemon.cycle() is not None
+    conf = tmp_path / "private.conf"
+    conf.write_text("ClusterName=test\nPrivateData=jobs\n")
+    daemon.config = dataclasses.replace(daemon.config, slurm=dataclasses.replace(daemon.config.slurm, slurm_conf=str(conf)))
+    server = start_http_server(daemon, "127.0.0.1:0")
+    try:
+        status, _, body = request(server, "GET", "/queue")
+        queue = json.loads(body)
+        assert status == 200 and queue["jobs"] == [] and queue["private_data"] == "jobs"
+        assert queue["counts"] == {"running": 1, "pending": 3, "held": 0, "accelerators_running": 4, "accelerators_pending": 14}
+        for name in ("alice", "carol", "resnet-8", "job_id"):
+            assert name not in body.decode()
+        assert json.loads(request(server, "GET", "/queue?user=alice")[2])["jobs"] == []
+        status, _, body = request(server, "GET", "/eta/101")
+        assert status == 403 and b"PrivateData=jobs" in body and b"resnet" not in body
+        assert request(server, "GET", "/healthz")[0] == 200 and request(server, "GET", "/metrics")[0] == 200
+    finally:
+        server.shutdown()

@@ -32,11 +32,11 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import io
+import ipaddress
 import json
 import logging
 import math
-import io
-import ipaddress
 import os
 import re
 import socket
@@ -348,8 +348,11 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         names = {"localhost", socket.gethostname(), socket.getfqdn(), *(h for h in allowed_hosts if h.strip())}
         if _ip(address[0]) is None or not _ip(address[0]).is_unspecified:  # type: ignore[union-attr]
             names.add(address[0])
-        #: Host names answered (lower case, no trailing dot); IP addresses are checked per connection.
-        self.allowed_hosts = frozenset(host_name(n) for n in names if n)
+        try:
+            #: Host names answered (lower case, no trailing dot); IP addresses are checked per connection.
+            self.allowed_hosts = frozenset(host_name(n) for n in names if n)
+        except ValueError as error:
+            raise ConfigError(f"HTTP allowed hosts: {str(error)!r} is not a host name") from None
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         #: The ``asrpt.daemon.service.Daemon`` whose last cycle is served.
         self.asrpt = daemon

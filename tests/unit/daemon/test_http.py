@@ -341,3 +341,10 @@ def test_private_data_jobs_serves_only_counts(daemon, tmp_path) -> None:
         assert request(server, "GET", "/healthz")[0] == 200 and request(server, "GET", "/metrics")[0] == 200
     finally:
         server.shutdown()
+
+
+def test_bad_limits_and_allowed_hosts_are_configuration_errors(daemon) -> None:
+    with pytest.raises(ConfigError, match="max_connections 0"):
+        start_http_server(daemon, "127.0.0.1:0", max_connections=0)
+    with pytest.raises(ConfigError, match="'a b' is not a host name"):
+        start_http_server(daemon, "127.0.0.1:0", allowed_hosts=("a b",))

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -348,3 +349,33 @@ def test_bad_limits_and_allowed_hosts_are_configuration_errors(daemon) -> None:
         start_http_server(daemon, "127.0.0.1:0", max_connections=0)
     with pytest.raises(ConfigError, match="'a b' is not a host name"):
         start_http_server(daemon, "127.0.0.1:0", allowed_hosts=("a b",))
+
+
+def test_beyond_the_cap_of_connections_being_served_a_new_one_gets_503(daemon) -> None:
+    from asrpt.cli.queue_privacy import PUBLIC
+
+    release = threading.Event()
+
+    def slow_privacy():  # holds each /queue answer until released
+        release.wait(10)
+        return PUBLIC
+
+    server = start_http_server(daemon, "127.0.0.1:0", max_connections=2, job_privacy=slow_privacy)
+    try:
+        busy = [_slow_client(server, b"GET /queue HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") for _ in range(2)]
+        deadline_s = time.monotonic() + 5
+        def being_served() -> int:
+            with server._connections_lock:
+                return sum(1 for _, reading in server._connections.values() if not reading)
+
+        while being_served() < 2 and time.monotonic() < deadline_s:
+            time.sleep(0.01)
+        assert raw_request(server, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 503
+        release.set()
+        for client in busy:
+            assert _read_all(client).startswith(b"HTTP/1.1 200 ")
+            client.close()
+        assert request(server, "GET", "/healthz")[0] == 200
+    finally:
+        release.set()
+        server.shutdown()

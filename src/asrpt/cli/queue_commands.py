@@ -1,17 +1,17 @@
 """``asrpt queue``, ``asrpt eta`` and ``asrpt explain``: when will my job start and finish, and why.
 
-They read the forecasts the daemon stores every cycle and nothing else: no model is loaded,
-Slurm is not asked, and neither numpy nor scikit-learn is imported, so they answer at once
-on a login node. With Slurm's ``PrivateData=jobs`` a caller other than root and the SlurmUser
-sees only their own jobs, as with squeue (see :mod:`asrpt.cli.queue_privacy`; that asks
-Slurm's configuration, never slurmctld's queue). Text output shows control characters in job names (and every other value)
-as escapes (``\\x1b``); ``--json`` keeps the raw strings, escaped by JSON.
+They read the forecasts the daemon stores every cycle and nothing else (no model is loaded,
+the queue is not asked of Slurm, neither numpy nor scikit-learn is imported), so they answer
+at once on a login node. With Slurm's ``PrivateData=jobs`` a caller other than root and the
+SlurmUser sees only their own jobs, as with squeue (:mod:`asrpt.cli.queue_privacy` reads
+slurm.conf, else ``scontrol show config``; not for root). Text output shows control characters
+in job names (and every other value) as escapes (``\\x1b``); ``--json`` keeps the raw strings.
 
 The database is ``--url``, else ``$ASRPT_DATABASE_URL``, else the
 ``[database] url`` of the daemon's configuration file (``$ASRPT_CONFIG`` or
 /etc/asrpt/asrpt.toml, read directly: only that key and ``[slurm] slurm_conf/bin_dir`` are
-looked at, so an unrelated mistake in
-the file cannot break a user's command), else the default.
+looked at, so an unrelated mistake in the file cannot break a user's command), else the
+default.
 """
 
 from __future__ import annotations

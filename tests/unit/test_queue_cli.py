@@ -237,3 +237,41 @@ def test_reading_commands_never_load_the_scientific_stack(url) -> None:
         f"with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n{runs}"
     )
     assert set(loaded) <= {"sqlalchemy"}, loaded
+
+
+EVIL_NAME = "x\x1b]0;owned\x07\x1b[2J\nfake 1 row\u202e"
+
+
+def test_control_characters_in_job_names_are_shown_not_obeyed(url, capsys) -> None:
+    """A job name is the submitter's text: an ESC sequence must not drive the reader's terminal
+    and a newline must not forge a row."""
+    repository = HistoryRepository.from_url(url)
+    evil = ForecastRecord(slurm_job_id="104", user="mallory", running=False, accelerators=1, predicted_start_s=NOW_S + 60,
+                          predicted_end_s=NOW_S + 120, job_name=EVIL_NAME, partition="a100", position=4, policy="asrpt",
+                          partitions=("a100",), reason="waiting\x1b[31m")
+    repository.record_forecasts(NOW_S, [*_forecasts(), evil])
+    repository.close()
+
+    shown = "x\\x1b]0;owned\\x07\\x1b[2J\\nfake 1 row\\u202e"
+    code, out, _ = run(capsys, "queue", "--url", url, "--format", "%i|%j|%r")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert out.splitlines()[-1] == f"104|{shown}|waiting\\x1b[31m"
+    assert len(out.splitlines()) == 6  # header and five jobs: no forged row
+    code, out, _ = run(capsys, "queue", "--url", url, "--noheader")
+    assert len(out.splitlines()) == 5 and "\x1b" not in out
+
+    for command in ("eta", "explain"):
+        code, out, _ = run(capsys, command, "104", "--url", url)
+        assert code == 0 and "\x1b" not in out and "\x07" not in out, command
+        assert out.splitlines()[0].startswith(f"job 104 ({shown}, mallory): pending"), command
+
+    code, out, _ = run(capsys, "queue", "--url", url, "--json")
+    assert {j["job_id"]: j["name"] for j in json.loads(out)["jobs"]}["104"] == EVIL_NAME  # JSON keeps the raw text
+    assert "\x1b" not in out  # escaped by json
+    code, out, _ = run(capsys, "explain", "104", "--url", url, "--json")
+    assert json.loads(out)["job"]["name"] == EVIL_NAME
+
+
+def test_printable() -> None:
+    assert queue_view.printable("résumé-ünï 训练") == "résumé-ünï 训练"
+    assert queue_view.printable("a\tb\x00c\x7f\x9b") == "a\\tb\\x00c\\x7f\\x9b"

@@ -1,11 +1,17 @@
 """``asrpt queue``, ``asrpt eta`` and ``asrpt explain``: when will my job start and finish, and why.
 
-They read the forecasts the daemon stores every cycle and nothing else: no model is loaded,
-Slurm is not asked, and neither numpy nor scikit-learn is imported, so they answer at once
-on a login node. The database is ``--url``, else ``$ASRPT_DATABASE_URL``, else the
+They read the forecasts the daemon stores every cycle and nothing else (no model is loaded,
+the queue is not asked of Slurm, neither numpy nor scikit-learn is imported), so they answer
+at once on a login node. With Slurm's ``PrivateData=jobs`` a caller other than root and the
+SlurmUser sees only their own jobs, as with squeue (:mod:`asrpt.cli.queue_privacy` reads
+slurm.conf, else ``scontrol show config``; not for root). Text output shows control characters
+in job names (and every other value) as escapes (``\\x1b``); ``--json`` keeps the raw strings.
+
+The database is ``--url``, else ``$ASRPT_DATABASE_URL``, else the
 ``[database] url`` of the daemon's configuration file (``$ASRPT_CONFIG`` or
-/etc/asrpt/asrpt.toml, read directly: only that key is looked at, so an unrelated mistake in
-the file cannot break a user's command), else the default.
+/etc/asrpt/asrpt.toml, read directly: only that key and ``[slurm] slurm_conf/bin_dir`` are
+looked at, so an unrelated mistake in the file cannot break a user's command), else the
+default.
 """
 
 from __future__ import annotations
@@ -93,8 +99,8 @@ def _add_url_option(parser: argparse.ArgumentParser) -> None:
 # -- where the database is ------------------------------------------------------------------------
 
 
-def config_database_url(path: str) -> str | None:
-    """``[database] url`` of the daemon's configuration file, or None (missing, unreadable)."""
+def config_value(path: str, section: str, key: str) -> str | None:
+    """``[section] key`` of the daemon's configuration file, or None (missing, unreadable)."""
     import tomllib
 
     try:
@@ -103,11 +109,16 @@ def config_database_url(path: str) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        log.warning("cannot read %s (%s); using the default database", path, error)
+        log.warning("cannot read %s (%s); using the defaults", path, error)
         return None
-    section = document.get("database")
-    url = section.get("url") if isinstance(section, dict) else None
-    return url if isinstance(url, str) and url else None
+    table = document.get(section)
+    value = table.get(key) if isinstance(table, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def config_database_url(path: str) -> str | None:
+    """``[database] url`` of the daemon's configuration file, or None (missing, unreadable)."""
+    return config_value(path, "database", "url")
 
 
 def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -118,6 +129,32 @@ def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None 
     if env.get(DATABASE_URL_ENV):
         return env[DATABASE_URL_ENV]
     return config_database_url(env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH) or DEFAULT_DATABASE_URL
+
+
+def caller_privacy(uid: int, environ: Mapping[str, str] | None = None) -> Any:
+    """What ``uid`` may see under Slurm's PrivateData (root: everything, without asking)."""
+    from asrpt.cli.queue_privacy import PUBLIC, read_job_privacy
+
+    if uid == 0:
+        return PUBLIC
+    env = os.environ if environ is None else environ
+    path = env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+    privacy, warning = read_job_privacy(
+        slurm_conf=config_value(path, "slurm", "slurm_conf"), bin_dir=config_value(path, "slurm", "bin_dir"), environ=env
+    )
+    if warning:
+        print(f"asrpt: warning: {warning}", file=sys.stderr)
+    return privacy
+
+
+def _visible_row(row: Any, privacy: Any, uid: int, job_id: str) -> Any:
+    """``row`` if the caller may see it; else the same error as for an unknown job."""
+    if row is None or not privacy.visible([row], uid):
+        error = _unknown(job_id)
+        if privacy.private_jobs:
+            error.args = (f"{error} (Slurm's PrivateData=jobs: you see only your own jobs)",)
+        raise error
+    return row
 
 
 def _open(args: argparse.Namespace) -> Any:
@@ -168,6 +205,8 @@ def run_queue(args: argparse.Namespace) -> int:
         rows = repository.latest_forecasts(user=user, partition=args.partition)
     finally:
         repository.close()
+    uid = os.getuid()
+    rows = caller_privacy(uid).visible(rows, uid)
     now_s = time.time()
     made_at_s = max((r.made_at_s for r in rows), default=None)
     if args.json:
@@ -191,14 +230,14 @@ def run_eta(args: argparse.Namespace) -> int:
         row = repository.forecast_for(args.job_id)
     finally:
         repository.close()
-    if row is None:
-        raise _unknown(args.job_id)
+    uid = os.getuid()
+    row = _visible_row(row, caller_privacy(uid), uid, args.job_id)
     now_s = time.time()
     if args.json:
         print(json.dumps(queue_view.job_json(row), indent=2))
         return 0
     for line in eta_lines(row, now_s):
-        print(line)
+        print(queue_view.printable(line))
     if row.current:
         _warn_if_stale(row.made_at_s, now_s)
     return 0
@@ -254,12 +293,14 @@ def eta_lines(row: Any, now_s: float) -> list[str]:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from asrpt.cli.queue_view import printable
+
+    uid = os.getuid()
+    privacy = caller_privacy(uid)
     repository = _open(args)
     try:
-        row = repository.forecast_for(args.job_id)
-        if row is None:
-            raise _unknown(args.job_id)
-        facts = gather_explanation(repository, row)
+        row = _visible_row(repository.forecast_for(args.job_id), privacy, uid, args.job_id)
+        facts = gather_explanation(repository, row, privacy=privacy, uid=uid)
     finally:
         repository.close()
     now_s = time.time()
@@ -267,7 +308,7 @@ def run_explain(args: argparse.Namespace) -> int:
         print(json.dumps(facts, indent=2))
         return 0
     for line in explain_lines(row, facts, now_s):
-        print(line)
+        print(printable(line))
     if row.current:
         _warn_if_stale(row.made_at_s, now_s)
     return 0
@@ -277,9 +318,16 @@ def run_explain(args: argparse.Namespace) -> int:
 AHEAD_SHOWN = 5
 
 
-def gather_explanation(repository: Any, row: Any) -> dict[str, Any]:
-    """Everything ``asrpt explain`` says about a job, as plain data (its ``--json``)."""
+def gather_explanation(repository: Any, row: Any, *, privacy: Any = None, uid: int = 0) -> dict[str, Any]:
+    """Everything ``asrpt explain`` says about a job, as plain data (its ``--json``); under
+    ``privacy``'s PrivateData=jobs, other users' jobs come without id, name, user or reason."""
+    from asrpt.cli.queue_privacy import redacted
     from asrpt.cli.queue_view import job_json
+
+    def shown(other: Any) -> dict[str, Any]:
+        if privacy is None or privacy.visible([other], uid):
+            return job_json(other)
+        return redacted(job_json(other))
 
     facts: dict[str, Any] = {"job": job_json(row)}
     submission = repository.get_submission(row.slurm_job_id)
@@ -308,13 +356,13 @@ def gather_explanation(repository: Any, row: Any) -> dict[str, Any]:
         queue = repository.latest_forecasts()
         if not row.running and row.position is not None:
             ahead = [
-                job_json(other)
+                shown(other)
                 for other in queue
                 if not other.running and other.position is not None and other.position < row.position
             ]
         mine = {row.partition} if row.partition else set(row.partitions)
         running_here = [
-            job_json(other)
+            shown(other)
             for other in queue
             if other.running and other.slurm_job_id != row.slurm_job_id and (not mine or other.partition in mine)
         ]
@@ -437,8 +485,9 @@ def _ahead_lines(facts: Mapping[str, Any]) -> list[str]:
         accelerators = sum(a["accelerators"] for a in ahead)
         lines.append(f"  jobs ahead: {len(ahead)} pending, {accelerators} accelerators in all:")
         for other in ahead[:AHEAD_SHOWN]:
+            who = f"{other['job_id']} {other['user']}" if other["job_id"] is not None else "another user's job"
             lines.append(
-                f"    {other['position']:>4}. {other['job_id']} {other['user']}, {other['accelerators']} accelerators, "
+                f"    {other['position']:>4}. {who}, {other['accelerators']} accelerators, "
                 f"predicted start {local_time(other['predicted_start_s'])}"
             )
         if len(ahead) > AHEAD_SHOWN:

@@ -127,6 +127,27 @@ def partition_text(row: ForecastLike) -> str:
     return ",".join(row.partitions) if row.partitions else UNKNOWN
 
 
+_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would obey or hide (ESC, newline, DEL, C1
+    controls, bidi overrides, zero-width characters) shown as its escape (``\\x1b``, ``\\n``,
+    ``\\u202e``): job names and users are the submitter's text. Idempotent."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
 # -- JSON --------------------------------------------------------------------------------------
 
 
@@ -241,7 +262,8 @@ def _fit(text: str, spec: tuple[bool, int | None]) -> str:
 
 
 def render_table(rows: Iterable[ForecastLike], fmt: str, now_s: float, *, header: bool = True) -> list[str]:
-    """Lines of an squeue-style listing (trailing blanks stripped, like squeue's)."""
+    """Lines of an squeue-style listing (trailing blanks stripped, like squeue's); values are
+    shown :func:`printable` (widths count the escapes)."""
     pieces = parse_format(fmt)
     lines: list[str] = []
     if header:
@@ -253,7 +275,7 @@ def render_table(rows: Iterable[ForecastLike], fmt: str, now_s: float, *, header
     for row in rows:
         lines.append(
             "".join(
-                text if spec is None else _fit(FORMAT_CODES[text][1](row, now_s), spec) for text, spec in pieces
+                text if spec is None else _fit(printable(FORMAT_CODES[text][1](row, now_s)), spec) for text, spec in pieces
             ).rstrip()
         )
     return lines

@@ -145,6 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2
 
+    server = None  # bound before the first cycle: a port in use is an error at start
+    if daemon.config.daemon.http_bind and not args.once:
+        from asrpt.daemon.http import start_http_server
+
+        try:
+            server = start_http_server(daemon, daemon.config.daemon.http_bind)
+        except AsrptError as error:
+            print(f"asrptd: error: {error}", file=sys.stderr)
+            return 2
+
     guarded("finished-job sync", daemon.sync_finished)
     guarded("retraining", daemon.retrain)
     first = daemon.cycle()
@@ -152,19 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.once:
         return 0 if first is not None else 1
     if stopping.is_set():
+        if server is not None:
+            server.shutdown()
         return 0
 
     interval_s = daemon.config.daemon.interval_s
-
-    server = None
-    if daemon.config.daemon.http_bind:
-        from asrpt.daemon.http import start_http_server
-
-        try:
-            server = start_http_server(daemon, daemon.config.daemon.http_bind)
-        except OSError as error:
-            print(f"asrptd: error: cannot serve HTTP on {daemon.config.daemon.http_bind}: {error}", file=sys.stderr)
-            return 2
 
     sd_notify("READY=1")
     log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)

@@ -13,6 +13,7 @@ from asrpt.daemon.config import DaemonConfig, SpoolSection
 from asrpt.daemon.service import Daemon
 from asrpt.db.migrate import upgrade
 from asrpt.db.repository import HistoryRepository, SubmissionRecord
+from asrpt.slurm.cli_backend import SlurmBackendConfig
 from asrpt.slurm.records import SlurmJob
 from tests.helpers import flat_job, flat_speed_table, partition_nodes
 
@@ -89,7 +90,9 @@ def daemon(tmp_path) -> Daemon:
         repository.record_prediction(job.job_id, predicted_iterations=predicted[job.job_id], model_version="test", made_at_s=NOW_S - 60)
     spool = tmp_path / "spool"
     spool.mkdir()
-    config = DaemonConfig(spool=SpoolSection(dir=str(spool)))
+    slurm_conf = tmp_path / "slurm.conf"  # Slurm's default: PrivateData unset
+    slurm_conf.write_text("ClusterName=test\nSlurmUser=root\n")
+    config = DaemonConfig(spool=SpoolSection(dir=str(spool)), slurm=SlurmBackendConfig(slurm_conf=str(slurm_conf)))
     backend = FakeSlurm(snapshot, jobs)
     made = Daemon(config, repository=repository, backend=backend, clock=ManualClock(NOW_S), speed=flat_speed_table())  # type: ignore[arg-type]
     backend.admin_comment = made._admin_comment

@@ -14,7 +14,7 @@ from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, PendingJ
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
-from asrpt.core.srpt import VirtualSRPT, id_sort_key, virtual_size_s
+from asrpt.core.srpt import VirtualSRPT, id_sort_key, tie_rounded, virtual_size_s
 
 QueueOrder = Literal["work", "virtual_completion", "remaining"]
 QUEUE_ORDERS: tuple[str, ...] = ("work", "virtual_completion", "remaining")
@@ -172,7 +172,7 @@ class ASRPTPolicy:
                 capacity_by_partition = _capacity_by_partition(snapshot)
             pool, capacity = self._pool(job, snapshot, capacity_by_partition)
             size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
-            work_s = job.accelerators * self.iterations(job) * ideal_s
+            work_s = tie_rounded(job.accelerators * self.iterations(job) * ideal_s)  # equal sizes tie, by arrival
             if state.work_s.get(job_id) != work_s:
                 state.work_s[job_id] = work_s
                 key = state.queue_by_work.key_of(job_id)

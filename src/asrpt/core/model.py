@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterator, Mapping, Sequence, overload
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, overload
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelConfig:
@@ -279,8 +279,8 @@ class LazyOrder(Sequence[str]):
 
     __slots__ = ("_build", "_is_current", "_built")
 
-    def __init__(self, build: Callable[[], tuple[str, ...]], is_current: Callable[[], bool]) -> None:
-        self._build: Callable[[], tuple[str, ...]] | None = build
+    def __init__(self, build: Callable[[], Iterable[str]], is_current: Callable[[], bool]) -> None:
+        self._build: Callable[[], Iterable[str]] | None = build
         self._is_current = is_current
         self._built: tuple[str, ...] = ()
 
@@ -288,9 +288,19 @@ class LazyOrder(Sequence[str]):
         if self._build is not None:
             if not self._is_current():
                 raise StaleOrder("read a decision's order before the policy decides again")
-            self._built = self._build()
+            self._built = tuple(self._build())
             self._build = None
         return self._built
+
+    def stream(self) -> Iterator[str]:
+        """The ids in order, produced only as far as they are read (the simulator's Slurm
+        model reads a prefix at many events); read it to the end before the policy decides
+        again, as the whole order."""
+        if self._build is None:
+            return iter(self._built)
+        if not self._is_current():
+            raise StaleOrder("read a decision's order before the policy decides again")
+        return iter(self._build())
 
     def __len__(self) -> int:
         return len(self._ids())

@@ -6,7 +6,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping, Iterator
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
@@ -300,17 +300,12 @@ class ASRPTPolicy:
             key=lambda j: (state.machines[state.pool_of[j]].remaining_s(j) or 0.0, id_sort_key(j)),
         )
 
-    def _order(self, state: ASRPTState) -> tuple[str, ...]:
-        """Q, then the jobs still on the virtual machine, then those that can never run."""
-        if self.options.queue_order == "work":
-            queue = tuple(self._work_order(state))
-        else:
-            queue = tuple(state.queue)
-        return (
-            queue
-            + tuple(self._still_virtual(state))
-            + tuple(sorted(state.never_fits, key=id_sort_key))
-        )
+    def _order(self, state: ASRPTState) -> Iterator[str]:
+        """Q, then the jobs still on the virtual machine, then those that can never run; each
+        part worked out only when reached (``LazyOrder.stream`` may stop early)."""
+        yield from (self._work_order(state) if self.options.queue_order == "work" else state.queue)
+        yield from self._still_virtual(state)
+        yield from sorted(state.never_fits, key=id_sort_key)
 
     def _next_dispatchable_s(self, state: ASRPTState, accelerators_free: int) -> float:
         """When the next job becomes dispatchable, if that can change anything: with no free

@@ -170,7 +170,7 @@ class OrderedPolicy:
             state.version += 1
             version = state.version
             order = LazyOrder(
-                lambda: tuple(self._queue_ids(now_s, state)) + tuple(sorted(state.unrunnable, key=id_sort_key)),
+                lambda: chain(self._queue_ids(now_s, state), sorted(state.unrunnable, key=id_sort_key)),
                 lambda: state.version == version,
             )
         else:

@@ -91,6 +91,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             "with what happened"
         ),
     )
+    parser.add_argument(
+        "--no-slurm-fill",
+        dest="slurm_fills",
+        action="store_false",
+        help="the idealised cluster: start exactly the policy's starts, not also what Slurm's own scheduler "
+        "and backfill would start from the priorities written (the default models them)",
+    )
     parser.add_argument("--forecast-samples", type=int, default=200, metavar="N", help="jobs forecast per policy with --forecast (default 200)")
 
 
@@ -140,6 +147,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         ),
         progress=not args.no_progress,
         forecast_samples=args.forecast_samples if args.forecast else 0,
+        slurm_fills=args.slurm_fills,
     )
     _emit(comparison, args.json, args.plot)
     return 0
@@ -182,12 +190,14 @@ def compare(
     options: Any,
     progress: bool,
     forecast_samples: int = 0,
+    slurm_fills: bool = True,
 ) -> Comparison:
     """Run every policy on the same jobs for every seed; the report is ``--json``'s content.
 
     With ``forecast_samples`` > 0 each policy's block also has ``"forecast"``: the errors of
     forecasts made at the submission of that many sampled jobs (``asrpt.sim.forecast_accuracy``);
-    ``wall_s`` then excludes the time spent forecasting.
+    ``wall_s`` then excludes the time spent forecasting. ``slurm_fills=False`` replays on the
+    idealised cluster that starts only the policies' starts (``SimCluster``).
     """
     from asrpt.core.policies import make_policy
     from asrpt.core.speed import default_speed_table
@@ -231,6 +241,7 @@ def compare(
                     samples=forecast_samples,
                     seed=seed,
                     progress=bar.update if bar else None,
+                    slurm_fills=slurm_fills,
                 )
             else:
                 outcome = simulate(
@@ -240,6 +251,7 @@ def compare(
                     policy,
                     make_predictions(predictor, seed=seed),
                     progress=bar.update if bar else None,
+                    slurm_fills=slurm_fills,
                 )
             if bar:
                 bar.close()
@@ -259,6 +271,7 @@ def compare(
         "format": fmt,
         "cluster": cluster_name,
         "predictor": predictor,
+        "slurm_fills": slurm_fills,
         "jobs": first["jobs"],
         "trace_rows_skipped": read.skipped,
         "workload_skipped": first["skipped"],

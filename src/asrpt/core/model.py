@@ -272,8 +272,9 @@ class StaleOrder(RuntimeError):
 class LazyOrder(Sequence[str]):
     """A decision's order, built only when read.
 
-    The simulator never reads the order (it starts what the decision says); sorting thousands
-    of pending jobs at every event would dominate a replay. ``is_current`` says whether the
+    The simulator reads the order only when Slurm's own scheduler could start something (and
+    then only a prefix, through ``stream``); sorting thousands of pending jobs at every event
+    would dominate a replay. ``is_current`` says whether the
     state ``build`` reads is still the one decided on; reading later raises ``StaleOrder``.
     """
 
@@ -330,8 +331,9 @@ class LazyOrder(Sequence[str]):
 class Decision:
     """What a policy wants done now.
 
-    The simulator starts ``starts`` at once; the daemon turns them into Slurm priorities,
-    node lists and holds and lets slurmctld start them.
+    The daemon turns it into Slurm priorities (starts first), node lists and holds and lets
+    slurmctld start the starts, and whatever else its own scheduler finds room for; the
+    simulator does the same (``SimCluster``, ``asrpt.sim.slurmctld``).
     """
 
     #: Pending job ids, most urgent first (becomes Slurm priority order); a ``LazyOrder``

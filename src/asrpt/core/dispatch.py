@@ -30,10 +30,12 @@ RuntimeEstimate = Callable[[Job, float], float]
 class DispatchOptions:
     """Rules the dispatcher applies to the queue it is given.
 
-    ``strict``: a job that does not fit blocks every later job that could use one of its
-    partitions (the A-SRPT paper's head-of-line rule, per partition as Slurm's main scheduler
-    blocks them: a queue for a100 does not stop a free t4 partition). ``backfill``: the first blocked job gets a reservation at the earliest
-    time it fits by predicted runtimes, and later jobs start only when they do not delay it.
+    ``strict``: a job that does not fit blocks every later job on the partitions it could use
+    (the A-SRPT paper's head-of-line rule, per partition as Slurm's main scheduler blocks them:
+    a queue for a100 does not stop a free t4 partition); a later job that may also use an
+    unblocked partition is tried there. ``backfill``: the first blocked job gets a reservation
+    at the earliest time it fits by predicted runtimes, and later jobs start only when they do
+    not delay it.
     ``greedy``: any job that fits starts (list scheduling, no reservation).
     """
 

@@ -6,7 +6,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Iterable, Literal, Mapping, Iterator
+from typing import Any, Iterable, Iterator, Literal, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue

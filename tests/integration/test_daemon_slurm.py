@@ -170,3 +170,36 @@ def test_a_communication_heavy_job_is_held_then_released_onto_one_node(cluster, 
     assert decision is not None and [p.worker_nodes for p in decision.starts if p.job_id == tp8] == [("node2",) * 8]
     cluster.wait_state(tp8, "RUNNING", "COMPLETED", timeout=30)
     assert _jobs(cluster)[tp8].nodes == ("node2",)
+
+
+def test_an_unknown_workload_class_is_scheduled_as_an_ordinary_job(cluster, tmp_path):
+    """Issue 16 on real Slurm: ``--comment asrpt:class=bert2`` (and a wrapper-recorded
+    ``#ASRPT class=zzz``) used to raise KeyError in every cycle; asrptd --once exited 1."""
+    config = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{tmp_path}/d.db")
+    path = tmp_path / "asrpt.toml"
+    path.write_text(config)
+    job = cluster.sbatch("-p", "v100", "--gres=gpu:v100:1", "--comment", "asrpt:class=bert2", wrap="sleep 30")
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("asrptd")), "--config", str(path), "--once"],
+        capture_output=True, text=True, env=cluster.env, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"job {job}: workload class 'bert2' is unknown" in result.stderr
+
+
+def test_a_stopping_daemon_releases_the_jobs_it_held(cluster, tmp_path):
+    """Issue 16: a job asrpt held for a consolidated placement must not stay held once asrptd
+    is stopped (nothing else would ever release it)."""
+    daemon = _daemon(cluster, tmp_path, queue_order="remaining", comm_heavy_tau=1.0)
+    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:4", wrap="sleep 300") for node in ("node1", "node2")]
+    for job_id in fillers:
+        cluster.wait_state(job_id, "RUNNING")
+    tp8 = cluster.sbatch("-p", "a100", "--gpus=8", "--comment", "asrpt:tp=8,class=resnet50", wrap="sleep 5")
+    daemon.repository.record_submission(SubmissionRecord(slurm_job_id=tp8, user="root", submit_time_s=0.0, source="wrapper"))
+    daemon.repository.record_prediction(tp8, predicted_iterations=1e6, model_version="test", made_at_s=0.0)
+    decision = daemon.cycle()
+    assert decision is not None and tp8 in decision.holds
+    cluster.wait_for("the hold", lambda: _jobs(cluster)[tp8].is_held)
+    assert daemon.release_holds() == 1
+    cluster.wait_for("the release", lambda: not _jobs(cluster)[tp8].is_held)
+    assert "held" not in _jobs(cluster)[tp8].admin_comment.split("asrpt")[-1].split(":")[0]

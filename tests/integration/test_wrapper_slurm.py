@@ -145,3 +145,29 @@ def test_a_forged_record_for_a_real_job_is_refused(setup):
     assert accept_record(forged, lambda jid: _slurm_user(cluster, jid)) is False
     assert not path.exists()
     assert _slurm_user(cluster, job_id) == "root"
+
+
+def test_an_unknown_class_warns_at_submission_and_asrptd_schedules_the_job(setup, tmp_path):
+    """Issue 16 end to end: ``#ASRPT class=zzz`` through the real wrapper and sbatch gets one
+    warning line and is submitted; ``asrptd --once`` ingests the record and exits 0."""
+    script = setup["work"] / "zzz.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -p v100 --gres=gpu:v100:1 -o /dev/null\n#ASRPT class=zzz\nsleep 30\n")
+    submitted = _run([setup["wrapper"], "--parsable", str(script)], setup, None)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.decode().strip().split(";")[0]
+    assert job_id.isdigit()
+    warnings = [line for line in submitted.stderr.splitlines() if line.startswith(b"asrpt-sbatch: warning:")]
+    assert len(warnings) == 1 and b"workload class 'zzz' is unknown" in warnings[0]
+    cluster = setup["cluster"]
+    config = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{tmp_path}/d.db")
+    config = config.replace(f'dir = "{cluster.dir}/spool-asrpt"', f'dir = "{setup["spool"]}"')
+    assert str(setup["spool"]) in config
+    path = tmp_path / "daemon.toml"
+    path.write_text(config)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("asrptd")), "--config", str(path), "--once"],
+        capture_output=True, text=True, env=cluster.env, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"job {job_id}: workload class 'zzz' is unknown" in result.stderr
+    assert not list(setup["spool"].glob("*.json"))  # ingested, not left to fail again

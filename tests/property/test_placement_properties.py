@@ -1,4 +1,7 @@
-"""Properties of Heavy-Edge placement on fragmented random heterogeneous clusters."""
+"""Properties of Heavy-Edge placement on fragmented random heterogeneous clusters.
+
+The jobs here are spread requests (``--gpus``), the only ones Heavy-Edge's free-form search
+serves; shaped requests are in test_shape_properties.py."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asrpt.core.comm import cut_weight_gb, ideal_iteration_time_s, iteration_time_s
-from asrpt.core.model import Job, Node, ParallelConfig, Partition
+from asrpt.core.model import SPREAD, Job, Node, ParallelConfig, Partition
 from asrpt.core.placement import alpha_min_s, best_placement, heavy_edge_place
 from asrpt.core.speed import default_speed_table
 
@@ -52,7 +55,7 @@ def jobs(draw: st.DrawFn, n_partitions: int = 3) -> Job:
                                                    min_size=1, max_size=2, unique=True).map(tuple)))
     return Job(job_id="j", submit_time_s=0.0, workload_class=draw(st.sampled_from(CLASSES)),
                parallel=ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=draw(st.integers(1, 8))),
-               allowed_partitions=allowed)
+               allowed_partitions=allowed, request_shape=SPREAD)
 
 
 def usable(job: Job, cluster: Cluster) -> list[Partition]:

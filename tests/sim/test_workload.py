@@ -126,6 +126,26 @@ def test_too_large_for_cluster_is_skipped():
     assert result.skipped == {"too large for cluster": 2}
 
 
+def test_jobs_get_the_derived_shape_and_its_alpha():
+    """Test-bed: two 8-GPU A100 nodes. 12 GPUs is 2 x 6 there (its iterations are the trace
+    duration at the 2 x 6 alpha); 9 GPUs would be 3 x 3, and there are only two nodes: skipped,
+    though 8 + 1 would once have "fit"."""
+    from asrpt.core.model import DERIVED
+    from asrpt.core.placement import best_placement
+
+    cluster = load_cluster("testbed")
+    speed = cluster.speed_table(default_speed_table())
+    records = [_record("twelve", 12, accelerator_type="a100"), _record("nine", 9, accelerator_type="a100")]
+    result = build_jobs(records, cluster, speed, seed=0)
+    assert [j.job_id for j in result.jobs] == ["twelve"]
+    assert result.skipped == {"too large for cluster": 1}
+    (twelve,) = result.jobs
+    assert twelve.request_shape == DERIVED
+    placement = best_placement(twelve, cluster.nodes, cluster.partitions, speed)
+    assert placement is not None and sorted(placement.node_counts.values()) == [6, 6]
+    assert twelve.true_iterations * placement.iteration_time_s == pytest.approx(600.0)
+
+
 def test_speed_table_must_know_the_cluster():
     cluster = load_cluster("testbed")
     with pytest.raises(ConfigError, match="npu-910b.*cluster.speed_table"):

@@ -15,7 +15,10 @@ import json
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable
+
+from asrpt.exceptions import AsrptError
 
 
 def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +33,71 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     cycle.add_argument("--seed", type=int, default=0)
     cycle.add_argument("--json", action="store_true", help="print JSON only")
     cycle.set_defaults(func=run_bench_cycle)
+
+    # Literal (not imported from asrpt.sim.matrix) so `asrpt --help` stays fast; a test checks them.
+    matrix = commands.add_parser(
+        "policies",
+        help="the scenario matrix: every policy on several traces, 3 offered loads and several seeds",
+        description="Replay each trace on its built-in cluster scaled to offered loads of about 0.5, 0.8 and 1.1 "
+        "under every policy and several workload-mapping seeds; print one table (bench/README.md, 'Scenario matrix').",
+    )
+    matrix.add_argument("--traces", default=",".join(MATRIX_TRACE_NAMES), help=f"comma-separated (default {','.join(MATRIX_TRACE_NAMES)})")
+    matrix.add_argument("--traces-dir", type=Path, default=None, help="folder of the shared traces (default ../shared/traces next to the repository)")
+    matrix.add_argument("--seeds", default="0,1,2", help="comma-separated workload-mapping seeds (default 0,1,2)")
+    matrix.add_argument("--policies", default=",".join(MATRIX_POLICY_NAMES), help=f"comma-separated (default all: {','.join(MATRIX_POLICY_NAMES)})")
+    matrix.add_argument("--loads", default="0.5,0.8,1.1", help="comma-separated target offered loads (default 0.5,0.8,1.1)")
+    matrix.add_argument("--jobs-per-trace", type=int, default=None, metavar="N", help=JOBS_PER_TRACE_HELP)
+    matrix.add_argument("--quick", action="store_true", help="tiny slices (120 jobs per trace), for smoke tests")
+    matrix.add_argument("--total-load", action="store_true", help="scale all partitions by the total load instead of each by its own")
+    matrix.add_argument("--workers", type=int, default=2, help="processes (cells are independent; default 2)")
+    matrix.add_argument("--json", type=Path, default=None, metavar="OUT.json", help="also write the report as JSON")
+    matrix.add_argument("--markdown", type=Path, default=None, metavar="OUT.md", help="also write the table as markdown for bench/README.md")
+    matrix.add_argument("--no-progress", action="store_true", help="no per-cell progress on stderr")
+    matrix.set_defaults(func=run_bench_policies)
+
+
+MATRIX_TRACE_NAMES = ("pai", "philly", "gavel")
+JOBS_PER_TRACE_HELP = "leading jobs of each trace (default per trace: pai 2000, philly 2000, gavel 1000)"
+MATRIX_POLICY_NAMES = ("fifo", "multifactor", "qssf", "spwf", "tiresias", "sjf-oracle", "asrpt/oracle", "asrpt/history", "asrpt/rf")
+
+
+def _csv_list(text: str, what: str, parse: Callable[[str], Any] = str) -> list[Any]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise AsrptError(f"--{what}: empty list")
+    try:
+        return [parse(t) for t in items]
+    except ValueError:
+        raise AsrptError(f"--{what}: not a comma-separated list of numbers: {text!r}") from None
+
+
+def run_bench_policies(args: argparse.Namespace) -> int:
+    import sys
+
+    from asrpt.sim.matrix import QUICK_JOBS, format_markdown, format_table, resolve_traces, run_matrix, stderr_progress
+
+    if args.quick and args.jobs_per_trace is not None:
+        raise AsrptError("--quick and --jobs-per-trace are exclusive")
+    loads = _csv_list(args.loads, "loads", float)
+    if any(not (0 < x < float("inf")) for x in loads):
+        raise AsrptError(f"--loads: every load must be a positive number, got {args.loads!r}")
+    traces = resolve_traces(_csv_list(args.traces, "traces"), args.traces_dir, lambda m: print(f"asrpt: {m}", file=sys.stderr))
+    report = run_matrix(
+        traces,
+        seeds=_csv_list(args.seeds, "seeds", int),
+        policies=_csv_list(args.policies, "policies"),
+        loads=loads,
+        jobs_per_trace=QUICK_JOBS if args.quick else args.jobs_per_trace,
+        per_partition=not args.total_load,
+        workers=args.workers,
+        progress=None if args.no_progress else stderr_progress,
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    if args.markdown is not None:
+        args.markdown.write_text(format_markdown(report))
+    print(format_table(report))
+    return 0
 
 
 def synthetic_snapshot(pending: int, running: int, nodes: int, seed: int, speed: Any) -> Any:

@@ -79,7 +79,21 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--comm-heavy", type=_at_least(1.0), default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
     parser.add_argument("--tau", type=_at_least(0.0), default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
+    parser.add_argument(
+        "--baseline-comm-heavy-hold",
+        action="store_true",
+        help="give the baselines A-SRPT's communication-heavy hold too (--comm-heavy, --tau); off by default, "
+        "as Slurm never holds a job for a better placement",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
+    parser.add_argument(
+        "--jobs",
+        type=Path,
+        default=None,
+        metavar="OUT.csv",
+        help="write one CSV row per job, policy and seed: submit, first start, end, wait, JCT, partition, "
+        "nodes and accelerators of the first run, preemptions",
+    )
     parser.add_argument("--plot", type=Path, default=None, help="write JCT CDFs (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -120,6 +134,8 @@ def _at_least(lowest: float):
 class Comparison:
     report: dict[str, Any]
     jct_by_policy: dict[str, list[float]]
+    #: Per-job rows (``asrpt.sim.job_rows.JOB_COLUMNS``) when ``compare(job_rows=True)``.
+    job_rows: list[dict[str, Any]] | None = None
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -129,6 +145,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     from asrpt.sim.traces import parse_columns
 
     columns = parse_columns(args.columns) if args.columns else None
+    if args.jobs is not None and args.forecast:
+        raise AsrptError("--jobs cannot be combined with --forecast (forecasts replay hypothetical starts through the policy)")
     comparison = compare(
         trace=args.trace,
         fmt=args.fmt,
@@ -148,7 +166,14 @@ def run_simulate(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         forecast_samples=args.forecast_samples if args.forecast else 0,
         slurm_fills=args.slurm_fills,
+        baseline_comm_heavy_hold=args.baseline_comm_heavy_hold,
+        job_rows=args.jobs is not None,
     )
+    if args.jobs is not None:
+        from asrpt.sim.job_rows import write_jobs_csv
+
+        rows = write_jobs_csv(args.jobs, comparison.job_rows or [])
+        print(f"asrpt: wrote {rows} job rows to {args.jobs}", file=sys.stderr)
     _emit(comparison, args.json, args.plot)
     return 0
 
@@ -191,14 +216,20 @@ def compare(
     progress: bool,
     forecast_samples: int = 0,
     slurm_fills: bool = True,
+    baseline_comm_heavy_hold: bool = False,
+    job_rows: bool = False,
 ) -> Comparison:
     """Run every policy on the same jobs for every seed; the report is ``--json``'s content.
 
     With ``forecast_samples`` > 0 each policy's block also has ``"forecast"``: the errors of
     forecasts made at the submission of that many sampled jobs (``asrpt.sim.forecast_accuracy``);
-    ``wall_s`` then excludes the time spent forecasting. ``slurm_fills=False`` replays on the
-    idealised cluster that starts only the policies' starts (``SimCluster``).
+    ``wall_s`` then excludes the time spent forecasting. ``job_rows`` also collects one row per
+    job, policy and seed (``Comparison.job_rows``); it cannot be combined with forecasts.
+    ``slurm_fills=False`` replays on the idealised cluster that starts only the policies'
+    starts (``SimCluster``).
     """
+    if job_rows and forecast_samples > 0:
+        raise ValueError("job_rows and forecast_samples cannot be combined")
     from asrpt.core.policies import make_policy
     from asrpt.core.speed import default_speed_table
     from asrpt.sim.clusters import load_cluster
@@ -217,6 +248,7 @@ def compare(
     speed = cluster.speed_table(default_speed_table())
     per_seed: list[dict[str, Any]] = []
     jct_by_policy: dict[str, list[float]] = {}
+    rows: list[dict[str, Any]] | None = [] if job_rows else None
     for seed in seeds:
         built = build_jobs(read.records, cluster, speed, seed=seed)
         if not built.jobs:
@@ -224,7 +256,12 @@ def compare(
         bound = lower_bound_total_jct_s(built.jobs, cluster.partitions, cluster.nodes, speed)
         results: dict[str, dict[str, float]] = {}
         for name in policies:
-            policy = make_policy(name, speed, options)
+            policy = make_policy(name, speed, options, baseline_comm_heavy_hold=baseline_comm_heavy_hold)
+            recorder = None
+            if rows is not None:
+                from asrpt.sim.job_rows import FirstPlacementRecorder
+
+                policy = recorder = FirstPlacementRecorder(policy)
             started = time.perf_counter()
             bar = _ProgressBar(f"{name} seed {seed}") if progress and len(built.jobs) >= 2000 else None
             accuracy = None
@@ -262,6 +299,10 @@ def compare(
                 metrics["forecast"] = accuracy.as_dict()
             metrics["ratio_to_lower_bound"] = metrics["total_jct_s"] / bound["total_jct_s"] if bound["total_jct_s"] > 0 else float("nan")
             results[name] = metrics
+            if recorder is not None and rows is not None:
+                from asrpt.sim.job_rows import job_rows as rows_of
+
+                rows.extend(rows_of(outcome, recorder.nodes_first_run, seed=seed))
             if seed == seeds[0]:
                 jct_by_policy[name] = jct_values_s(outcome)
         per_seed.append({"seed": seed, "jobs": len(built.jobs), "skipped": built.skipped, "lower_bound": bound, "policies": results})
@@ -281,7 +322,7 @@ def compare(
     if len(per_seed) > 1:
         report["seeds"] = per_seed
         report["sweep"] = _sweep(per_seed)
-    return Comparison(report, jct_by_policy)
+    return Comparison(report, jct_by_policy, rows)
 
 
 def _sweep(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

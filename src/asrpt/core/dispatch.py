@@ -7,6 +7,7 @@ over and in what they believe a job's runtime to be; the placement and the rules
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from dataclasses import dataclass, field, replace
@@ -95,19 +96,40 @@ class FreeCapacity:
 
     Counts live in a dictionary; ``Node`` objects with the current counts are made only when a
     placement asks for them (``nodes()``), since most examined jobs are answered by ``fits``.
+    ``fits`` knows allocation shapes (:class:`~asrpt.core.model.RequestShape`): a job of
+    ``n x k`` fits a partition only if ``n`` of its nodes have ``k`` free each, exactly what
+    placement will look for, so a job that fits always gets a placement.
     """
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         self._base: dict[str, Node] = {n.name: n for n in nodes}
         self._free: dict[str, int] = {n.name: n.accelerators_free for n in nodes}
+        #: Every node with its current free count, kept up to date by take/give/capped.
+        self._current: dict[str, Node] = dict(self._base)
         self.free_by_partition: dict[str, int] = {}
+        #: Per partition, its largest node (the ``s`` derived shapes are worked out for).
+        self.node_size: dict[str, int] = {}
+        self._members: dict[str, list[str]] = {}
+        free_by_partition, node_size, members = self.free_by_partition, self.node_size, self._members
         for n in nodes:
-            self.free_by_partition[n.partition] = self.free_by_partition.get(n.partition, 0) + n.accelerators_free
-        self.free_total = sum(self.free_by_partition.values())
+            partition = n.partition
+            if partition in members:
+                free_by_partition[partition] += n.accelerators_free
+                if n.accelerators_total > node_size[partition]:
+                    node_size[partition] = n.accelerators_total
+                members[partition].append(n.name)
+            else:
+                free_by_partition[partition] = n.accelerators_free
+                node_size[partition] = n.accelerators_total
+                members[partition] = [n.name]
+        self.free_total = sum(free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
         self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
-        #: Per restriction, the most free accelerators in one allowed partition (until a change).
-        self._room: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        #: Per (restriction, request shape, accelerators), whether the job fits (until a change).
+        self._fits: dict[tuple[object, ...], bool] = {}
+        #: Per partition, its nodes' free counts in ascending order (built on demand, dropped
+        #: when one of its nodes changes).
+        self._sorted_free: dict[str, list[int]] = {}
 
     @classmethod
     def of(cls, nodes: tuple[Node, ...]) -> "FreeCapacity":
@@ -120,12 +142,10 @@ class FreeCapacity:
         return cached[1].copy()
 
     def nodes(self) -> tuple[Node, ...]:
-        """Nodes with at least one free accelerator (the only ones placement can use)."""
+        """Every node with its current free count. Busy nodes are kept: placement reads a
+        partition's node size from them (derived shapes), and uses only nodes with room."""
         if self._cache is None:
-            base = self._base
-            self._cache = tuple(
-                _with_free(base[name], free) for name, free in self._free.items() if free > 0
-            )
+            self._cache = tuple(self._current.values())
         return self._cache
 
     def partition_of(self, node_name: str) -> str | None:
@@ -141,19 +161,37 @@ class FreeCapacity:
         return names
 
     def fits(self, partitions: Sequence[Partition], job: Job) -> bool:
-        """Whether some partition ``job`` allows has ``job.accelerators`` free (a gang never
-        spans partitions). The answer per restriction is kept until the capacity changes, so a
-        long queue of jobs that cannot start costs a dictionary lookup each."""
-        key = (job.allowed_partitions, job.allowed_accelerators)
-        room = self._room.get(key)
-        if room is None:
-            free = self.free_by_partition
-            room = self._room[key] = max((free.get(name, 0) for name in self.allowed_names(partitions, job)), default=0)
-        return job.parallel.workers <= room
+        """Whether some partition ``job`` allows can hold it now in its request's shape (a
+        gang never spans partitions). The answer per (restriction, shape, size) is kept until
+        the capacity changes, so a long queue of jobs that cannot start costs a dictionary
+        lookup each."""
+        key = (job.allowed_partitions, job.allowed_accelerators, job.request_shape, job.parallel.workers)
+        answer = self._fits.get(key)
+        if answer is None:
+            answer = self._fits[key] = any(self.fits_in(name, job) for name in self.allowed_names(partitions, job))
+        return answer
 
-    def _changed(self) -> None:
+    def fits_in(self, partition: str, job: Job) -> bool:
+        """Whether ``partition`` can hold ``job`` now: enough free for a spread request, else
+        ``n`` nodes with ``k`` free each."""
+        g = job.parallel.workers
+        if self.free_by_partition.get(partition, 0) < g:
+            return False
+        request = job.request_shape.on(g, self.node_size.get(partition, 0))
+        if request is None:
+            return True
+        n, k = request
+        counts = self._sorted_free.get(partition)
+        if counts is None:
+            free = self._free
+            counts = self._sorted_free[partition] = sorted(free[name] for name in self._members.get(partition, ()))
+        return len(counts) - bisect.bisect_left(counts, k) >= n
+
+    def _changed(self, partitions: Iterable[str]) -> None:
         self._cache = None
-        self._room.clear()
+        self._fits.clear()
+        for partition in partitions:
+            self._sorted_free.pop(partition, None)
 
     def take(self, placement: Placement) -> None:
         for name, count in placement.node_counts.items():
@@ -161,11 +199,13 @@ class FreeCapacity:
             if count > free:
                 raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
             self._free[name] = free - count
+            self._current[name] = _with_free(self._base[name], free - count)
             self.free_by_partition[self._base[name].partition] -= count
             self.free_total -= count
-        self._changed()
+        self._changed({self._base[name].partition for name in placement.node_counts})
 
     def give(self, counts: Mapping[str, int]) -> None:
+        touched: set[str] = set()
         for name, count in counts.items():
             node = self._base.get(name)
             if node is None:
@@ -175,33 +215,42 @@ class FreeCapacity:
             self.free_by_partition[node.partition] += freed - free
             self.free_total += freed - free
             self._free[name] = freed
-        self._changed()
+            self._current[name] = _with_free(node, freed)
+            touched.add(node.partition)
+        self._changed(touched)
 
     def capped(self, partition: str, cap_by_node: Mapping[str, int]) -> "FreeCapacity":
         """This capacity with ``partition``'s nodes limited to ``cap_by_node`` (the spare
         accelerators a reservation leaves to jobs that would still run at its start)."""
         twin = self.copy()
-        twin._room = {}
-        for node in self.nodes():  # only nodes with something free can lose anything
-            if node.partition == partition:
-                name, free = node.name, node.accelerators_free
-                allowed = max(min(free, cap_by_node.get(name, 0)), 0)
-                if allowed != free:
-                    twin._free[name] = allowed
-                    twin.free_by_partition[partition] -= free - allowed
-                    twin.free_total -= free - allowed
-                    twin._cache = None
+        twin._fits = {}
+        twin._sorted_free.pop(partition, None)
+        for name in self._members.get(partition, ()):
+            free = self._free[name]
+            if free <= 0:
+                continue  # only nodes with something free can lose anything
+            allowed = max(min(free, cap_by_node.get(name, 0)), 0)
+            if allowed != free:
+                twin._free[name] = allowed
+                twin._current[name] = _with_free(self._base[name], allowed)
+                twin.free_by_partition[partition] -= free - allowed
+                twin.free_total -= free - allowed
+                twin._cache = None
         return twin
 
     def copy(self) -> "FreeCapacity":
         twin = FreeCapacity.__new__(FreeCapacity)
         twin._base = self._base
         twin._free = dict(self._free)
+        twin._current = dict(self._current)
         twin.free_by_partition = dict(self.free_by_partition)
+        twin.node_size = self.node_size
+        twin._members = self._members
         twin.free_total = self.free_total
         twin._cache = self._cache
         twin._allowed = self._allowed
-        twin._room = dict(self._room)
+        twin._fits = dict(self._fits)
+        twin._sorted_free = dict(self._sorted_free)
         return twin
 
 
@@ -314,9 +363,10 @@ def _reserve(
         for each in returned:
             future.give(each)
         returned.clear()
-        # Heavy-Edge places a gang wherever its partition has that many free, so the head
-        # starts here; where exactly is worked out only if someone asks.
-        if any(future.free_by_partition.get(name, 0) >= g for name in placeable):
+        # Placement finds the head a place wherever its partition holds its shape (enough
+        # free for a spread request, n nodes with k free for n x k), so the head starts here;
+        # where exactly is worked out only if someone asks.
+        if any(future.fits_in(name, head) for name in placeable):
             found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
             break
     valid_until_s = releases[0][0] if releases else math.inf

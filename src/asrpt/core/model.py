@@ -42,6 +42,72 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RequestShape:
+    """How a job asked Slurm for its accelerators, hence the allocations cons_tres may give it.
+
+    Slurm never starts a job on whatever scattered slots are free: it allocates the shape the
+    request names or nothing. Three kinds:
+
+    * **fixed** (``nodes`` and ``per_node`` set; ``-N n --gres=gpu:k``, or ``--gpus`` with
+      ``--gpus-per-node``): exactly ``nodes`` nodes of one partition with ``per_node`` each.
+    * **spread** (``spread=True``; ``--gpus=g`` alone, or per task): any nodes, any split.
+    * **derived** (the default; what a trace job gets): the way users submit on a partition of
+      ``s``-accelerator nodes: ``g <= s`` on one node; else whole nodes, ``n`` = the smallest
+      ``n >= ceil(g/s)`` that divides ``g``, ``g/n`` each (16 on 8-GPU nodes is 2x8, 12 is
+      2x6, 9 is 3x3). See :func:`derived_shape`.
+    """
+
+    nodes: int | None = None
+    per_node: int | None = None
+    spread: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.nodes is None) != (self.per_node is None):
+            raise ValueError("RequestShape needs both nodes and per_node, or neither")
+        if self.nodes is not None:
+            if self.spread:
+                raise ValueError("a fixed RequestShape (nodes x per_node) cannot also be spread")
+            for name in ("nodes", "per_node"):
+                value = getattr(self, name)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ValueError(f"RequestShape.{name} must be a positive integer, got {value!r}")
+
+    @property
+    def fixed(self) -> bool:
+        return self.nodes is not None
+
+    def on(self, accelerators: int, node_size: int) -> tuple[int, int] | None:
+        """(nodes, accelerators per node) for a job of ``accelerators`` on a partition of
+        ``node_size``-accelerator nodes; None for a spread request (any split will do)."""
+        if self.spread:
+            return None
+        if self.nodes is not None:
+            assert self.per_node is not None
+            return self.nodes, self.per_node
+        return derived_shape(accelerators, node_size)
+
+
+#: The default request: derived per partition.
+DERIVED = RequestShape()
+#: ``--gpus=g`` without a per-node count: cons_tres may put the workers anywhere.
+SPREAD = RequestShape(spread=True)
+
+
+@lru_cache(maxsize=4096)
+def derived_shape(accelerators: int, node_size: int) -> tuple[int, int]:
+    """(nodes, per node) a user would ask for: one node if the job fits in one, else the fewest
+    whole-node-or-less equal shares: the smallest ``n >= ceil(g/s)`` dividing ``g`` (``n = g``,
+    one each, always qualifies, so a prime g larger than a node becomes g nodes x 1)."""
+    g, s = accelerators, max(node_size, 1)
+    if g <= s:
+        return 1, g
+    n = -(-g // s)
+    while g % n:
+        n += 1
+    return n, g // n
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """A job as the scheduler sees it.
 
@@ -65,6 +131,16 @@ class Job:
     true_iterations: float | None = None
     #: The user's requested wall-time limit (what Slurm-style backfill trusts).
     time_limit_s: float | None = None
+    #: The allocation shape the request asks for (derived per partition by default).
+    request_shape: RequestShape = DERIVED
+
+    def __post_init__(self) -> None:
+        shape = self.request_shape
+        if shape.nodes is not None and shape.nodes * shape.per_node != self.parallel.workers:  # type: ignore[operator]
+            raise ValueError(
+                f"job {self.job_id}: request {shape.nodes} node(s) x {shape.per_node} does not make "
+                f"its {self.parallel.workers} workers"
+            )
 
     @property
     def accelerators(self) -> int:

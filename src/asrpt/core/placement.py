@@ -14,6 +14,15 @@ and (2) when the fewest nodes force a glued group apart we also try spreading wh
 over all free nodes. The candidate with the smallest alpha wins (then the smaller cut, then
 fewer nodes).
 
+Allocation shapes: a job starts only in a shape Slurm would allocate for its request
+(:class:`~asrpt.core.model.RequestShape`). A fixed or derived shape ``n x k`` takes the ``n``
+nodes of the partition with the least free that still holds ``k`` (then by name, close to
+cons_tres's best fit) and maps the workers onto them with the same Heavy-Edge glue under
+capacities ``(k,) * n``; ``n == 1`` is the closed-form single node. Only a spread request
+(``--gpus`` alone) gets the free-form search above. Because the mapping onto ``n x k`` does not
+depend on which nodes were chosen, a shaped job's alpha is the same wherever it starts, and
+that is its alpha_min (:func:`alpha_min_s`).
+
 These functions run per pending job per scheduling event in an 80k-job replay, so the common
 cases never touch networkx: a job that fits on one node is placed best-fit in closed form, and
 the multi-node path works on the cached, pre-sorted edge list of the job's shape.
@@ -44,13 +53,16 @@ __all__ = ["heavy_edge_place", "best_placement", "alpha_min_s"]
 class _PartitionView:
     """Per-partition facts of one node tuple: free nodes, free total, largest and total size."""
 
-    __slots__ = ("free_nodes", "free_total", "largest", "total", "_fit_keys", "_fit_nodes")
+    __slots__ = ("free_nodes", "free_total", "largest", "total", "sizes", "_fit_keys", "_fit_nodes")
 
     def __init__(self) -> None:
         self.free_nodes: list[Node] = []
         self.free_total = 0
+        #: The partition's node size (largest node given, busy or not): what derived shapes use.
         self.largest = 0
         self.total = 0
+        #: Accelerators of every node given, busy or not (for alpha_min of shaped jobs).
+        self.sizes: list[int] = []
         self._fit_keys: list[tuple[int, str]] | None = None
         self._fit_nodes: list[Node] = []
 
@@ -62,6 +74,15 @@ class _PartitionView:
             self._fit_nodes = ordered
         i = bisect.bisect_left(self._fit_keys, (g, ""))
         return self._fit_nodes[i] if i < len(self._fit_nodes) else None
+
+    def best_fits(self, k: int, n: int) -> list[Node] | None:
+        """The ``n`` nodes with the least free counts >= k (then by name), or None if fewer."""
+        if self.best_fit(k) is None:  # also builds the sorted keys
+            return None
+        i = bisect.bisect_left(self._fit_keys, (k, ""))  # type: ignore[arg-type]
+        if len(self._fit_nodes) - i < n:
+            return None
+        return self._fit_nodes[i:i + n]
 
 
 #: One-entry cache: a policy asks about many pending jobs against the same snapshot tuple.
@@ -80,6 +101,7 @@ def _views(nodes: Sequence[Node]) -> dict[str, _PartitionView]:
         if view is None:
             view = views[node.partition] = _PartitionView()
         view.total += node.accelerators_total
+        view.sizes.append(node.accelerators_total)
         if node.accelerators_total > view.largest:
             view.largest = node.accelerators_total
         if node.accelerators_free > 0:
@@ -114,6 +136,9 @@ def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionVi
     g = job.accelerators
     if view.free_total < g:
         return None
+    request = job.request_shape.on(g, view.largest)
+    if request is not None:
+        return _place_shaped(job, partition, speed, view, request, alpha_aware)
     best = view.best_fit(g)
     if best is not None:
         return Placement(
@@ -146,6 +171,44 @@ def _place(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionVi
         iteration_time_s=alpha_s,
         cut_gb=cut_gb,
     )
+
+
+def _place_shaped(job: Job, partition: Partition, speed: SpeedTable, view: _PartitionView,
+                  request: tuple[int, int], alpha_aware: bool) -> Placement | None:
+    """``job`` on exactly ``n`` nodes with ``k`` each (``request``), best fit, or None."""
+    n, k = request
+    if n == 1:
+        best = view.best_fit(k)
+        if best is None:
+            return None
+        return Placement(job_id=job.job_id, partition=partition.name, worker_nodes=(best.name,) * k,
+                         iteration_time_s=single_node_iteration_time_s(job, partition, speed), cut_gb=0.0)
+    chosen = view.best_fits(k, n)
+    if chosen is None:
+        return None
+    alpha_s, cut_gb, codes = _shaped(job, partition, speed, n, k, alpha_aware)
+    return Placement(job_id=job.job_id, partition=partition.name,
+                     worker_nodes=tuple(chosen[c].name for c in codes), iteration_time_s=alpha_s, cut_gb=cut_gb)
+
+
+def _shaped(job: Job, partition: Partition, speed: SpeedTable, n: int, k: int,
+            alpha_aware: bool = True) -> tuple[float, float, tuple[int, ...]]:
+    """Heavy-Edge of ``job`` onto ``n`` empty nodes of ``k``: alpha, cut, node index per worker.
+
+    The same whichever ``n`` nodes are chosen, so also the job's alpha_min on ``partition``.
+    """
+    c_s = speed.step_time_s(job.workload_class, partition.accelerator) / (job.parallel.pipeline * job.parallel.tensor)
+    return _shaped_search(job_shape(job, speed), partition, c_s, ideal_iteration_time_s(job, partition, k, speed),
+                          n, k, alpha_aware)
+
+
+@functools.lru_cache(maxsize=16384)
+def _shaped_search(shape: JobShape, partition: Partition, c_s: float, ideal_s: float, n: int, k: int,
+                   alpha_aware: bool) -> tuple[float, float, tuple[int, ...]]:
+    # The exact ideal for nodes of k is a floor: no placement on n x k beats it (bin packing
+    # can make it unreachable, e.g. three 4-wide TP groups on 2 x 6, then every order is tried).
+    alpha_s, cut_gb, codes, _ = _search(shape, partition, c_s, ideal_s * (1 + 1e-12), (k,) * n, n, alpha_aware)
+    return alpha_s, cut_gb, codes
 
 
 def _search(shape: JobShape, partition: Partition, c_s: float, floor_s: float, counts: tuple[int, ...],
@@ -329,8 +392,12 @@ def best_placement(
 def alpha_min_s(job: Job, partitions: Sequence[Partition], nodes: Sequence[Node], speed: SpeedTable) -> float:
     """alpha_min: the best per-iteration time the job could ever get on the partitions it may use.
 
-    Per allowed partition (known accelerator, at least g accelerators in total, busy or not), the
-    ideal alpha on empty nodes as large as its largest node; ``math.inf`` if no partition qualifies.
+    Per allowed partition (known accelerator, busy or not) that can hold the job's shape: for a
+    shaped request ``n x k`` (fixed or derived), the alpha of its placement on ``n`` empty nodes
+    of ``k`` (which is the alpha it gets on any ``n`` nodes with ``k`` free; the partition needs
+    ``n`` nodes of at least ``k``); for a spread request, the exact ideal alpha on empty nodes as
+    large as the largest node (at least g accelerators in total). ``math.inf`` if no partition
+    qualifies: the job can never start.
     """
     views = _views(nodes)
     g = job.accelerators
@@ -341,5 +408,15 @@ def alpha_min_s(job: Job, partitions: Sequence[Partition], nodes: Sequence[Node]
             continue
         if not job.allows(partition) or not speed.knows(partition.accelerator):
             continue
-        best = min(best, ideal_iteration_time_s(job, partition, view.largest, speed))
+        request = job.request_shape.on(g, view.largest)
+        if request is None:
+            best = min(best, ideal_iteration_time_s(job, partition, view.largest, speed))
+            continue
+        n, k = request
+        if sum(1 for size in view.sizes if size >= k) < n:
+            continue
+        if n == 1:
+            best = min(best, single_node_iteration_time_s(job, partition, speed))
+        else:
+            best = min(best, _shaped(job, partition, speed, n, k)[0])
     return best

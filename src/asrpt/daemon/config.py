@@ -41,6 +41,9 @@ class DaemonSection:
     state_dir: str = paths.DEFAULT_STATE_DIR
     #: Longest back-off after consecutive failed cycles, seconds.
     max_backoff_s: float = 300.0
+    #: On stop (SIGTERM), release the holds asrpt placed, so no job waits for a daemon that
+    #: is gone; off for sites that restart often and prefer the holds to survive restarts.
+    release_holds_on_stop: bool = True
 
 
 @dataclass(frozen=True, slots=True)

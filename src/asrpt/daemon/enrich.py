@@ -17,8 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig, RunningJob
+from asrpt.daemon.isolate import MAX_NAME_CHARS
 from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import HistoryRepository, SubmissionRecord
+from asrpt.exceptions import AsrptError
 from asrpt.predict.predictor import raise_underestimate
 from asrpt.slurm.records import SlurmJob
 
@@ -26,6 +28,10 @@ log = logging.getLogger(__name__)
 
 #: ``predict(job_rows)`` -> iterations per row; the daemon's current model (or the unseen rule).
 PredictFunction = Callable[[list[SubmissionRecord]], list[float]]
+#: ``check(job, now_s)`` -> (the job with unusable values replaced, why); see asrpt.daemon.isolate.
+CheckFunction = Callable[[Job, float], tuple[Job, list[str]]]
+#: ``plain(job, now_s)`` -> the job as asrpt sees a job it knows nothing about.
+PlainFunction = Callable[[Job, float], Job]
 
 
 @dataclass(slots=True)
@@ -39,6 +45,8 @@ class _Known:
     #: ``#ASRPT serve-model=NAME``, and ``tp=N`` (None for ``tp=auto`` or no tp).
     serve_model: str | None = None
     serve_tensor: int | None = None
+    #: Why the history could not be used for this job (it is scheduled as an ordinary job).
+    isolated: str | None = None
 
 
 class HistoryEnrichment:
@@ -51,8 +59,18 @@ class HistoryEnrichment:
         ingest: Callable[[Mapping[str, SlurmJob]], int] | None = None,
         model_version: Callable[[], str] = lambda: "none",
         serving: ServingPlanner | None = None,
+        check: CheckFunction | None = None,
+        plain: PlainFunction | None = None,
     ) -> None:
         self.repository = repository
+        self.check = check
+        self.plain = plain
+        #: This cycle's reasons per job for data that could not be used (for asrpt explain).
+        self._reasons: dict[str, list[str]] = {}
+        #: Live jobs already counted in :attr:`isolated_total`.
+        self._isolated_ids: set[str] = set()
+        #: Jobs whose own data could not be used, each counted once.
+        self.isolated_total = 0
         self.predict = predict
         self.slurm_jobs = slurm_jobs
         self.ingest = ingest
@@ -61,9 +79,16 @@ class HistoryEnrichment:
         self._known: dict[str, _Known] = {}
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
+        self._reasons = {}
         jobs = self.slurm_jobs()
         if self.ingest is not None:
             self.ingest(jobs)
+        # Slurm's view first (a comment hint or squeue field can be unusable), then the history's.
+        snapshot = replace(
+            snapshot,
+            pending=tuple(self._check(j, now_s) for j in snapshot.pending),
+            running=tuple(replace(r, job=self._check(r.job, now_s)) for r in snapshot.running),
+        )
         everyone = [*snapshot.pending, *(r.job for r in snapshot.running)]
         self._learn([j for j in everyone if j.job_id not in self._known], jobs, now_s)
         live = {j.job_id for j in everyone}
@@ -71,9 +96,72 @@ class HistoryEnrichment:
             del self._known[job_id]
         if self.serving is not None:
             self.serving.begin_cycle(snapshot, live)
-        pending = tuple(self._served(self._enriched(job)) for job in snapshot.pending)
-        running = tuple(self._raised(r, now_s) for r in snapshot.running)
+        pending = tuple(
+            self._guarded(job, now_s, lambda j: self._check(self._served(self._enriched(j)), now_s)) for job in snapshot.pending
+        )
+        running = tuple(self._guarded_running(r, now_s) for r in snapshot.running)
+        for job_id, known in self._known.items():
+            if known.isolated:
+                self.note(job_id, known.isolated)
+        self._isolated_ids &= live
+        fresh = set(self._reasons) - self._isolated_ids
+        self.isolated_total += len(fresh)
+        self._isolated_ids |= fresh
         return replace(snapshot, pending=pending, running=running)
+
+    def note(self, job_id: str, reason: str) -> None:
+        """Record why ``job_id``'s data was not used as given (shown by ``asrpt explain``)."""
+        reasons = self._reasons.setdefault(job_id, [])
+        if reason not in reasons:
+            reasons.append(reason)
+            log.warning("job %s: %s", job_id, reason, extra={"action": "job_isolated", "job_id": job_id})
+
+    def isolate(self, job_id: str, reason: str) -> None:
+        """Note why ``job_id`` is scheduled as an ordinary job, counted once per job."""
+        self.note(job_id, reason)
+        if job_id not in self._isolated_ids:
+            self._isolated_ids.add(job_id)
+            self.isolated_total += 1
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """Each job's note for ``asrpt explain``: its serving placement, and what of its data
+        could not be used."""
+        merged = {job_id: [note] for job_id, note in self.serving_notes.items()}
+        for job_id, reasons in self._reasons.items():
+            merged.setdefault(job_id, []).extend(reasons)
+        return {job_id: "; ".join(parts) for job_id, parts in merged.items()}
+
+    def _check(self, job: Job, now_s: float) -> Job:
+        if self.check is None:
+            return job
+        checked, reasons = self.check(job, now_s)
+        for reason in reasons:
+            self.note(job.job_id, reason)
+        return checked
+
+    def _fallback(self, job: Job, now_s: float, error: Exception) -> Job:
+        """The job as an ordinary one, when using its own data raised ``error``."""
+        self.note(job.job_id, f"its data could not be used ({type(error).__name__}: {error}); scheduled as an ordinary job")
+        return self.plain(job, now_s) if self.plain is not None else job
+
+    def _guarded(self, job: Job, now_s: float, work: Callable[[Job], Job]) -> Job:
+        """``work(job)``; an error that is not asrpt's own (a database outage is) isolates the job."""
+        try:
+            return work(job)
+        except AsrptError:
+            raise
+        except Exception as error:
+            return self._fallback(job, now_s, error)
+
+    def _guarded_running(self, running: RunningJob, now_s: float) -> RunningJob:
+        try:
+            raised = self._raised(running, now_s)
+            return replace(raised, job=self._check(raised.job, now_s))
+        except AsrptError:
+            raise
+        except Exception as error:
+            return replace(running, job=self._fallback(running.job, now_s, error))
 
     def forget(self, job_id: str) -> None:
         """Drop the cached view of a job (its prediction changed elsewhere)."""
@@ -86,23 +174,58 @@ class HistoryEnrichment:
         stored = self.repository.latest_predictions([j.job_id for j in new_jobs])
         to_predict: list[tuple[Job, SubmissionRecord]] = []
         for job in new_jobs:
-            submission = self.repository.get_submission(job.job_id)
-            if submission is None or submission.source == "wrapper" and submission.accelerators is None:
-                submission = self._record_from_slurm(job, slurm.get(job.job_id), submission)
-            prediction = stored.get(job.job_id)
-            if prediction is None:
-                to_predict.append((job, submission))
-                continue
-            self._known[job.job_id] = self._known_from(submission, prediction.predicted_iterations, job)
+            try:
+                submission = self.repository.get_submission(job.job_id)
+                if submission is None or submission.source == "wrapper" and submission.accelerators is None:
+                    submission = self._record_from_slurm(job, slurm.get(job.job_id), submission)
+                prediction = stored.get(job.job_id)
+                if prediction is None:
+                    to_predict.append((job, submission))
+                    continue
+                self._known[job.job_id] = self._known_from(submission, prediction.predicted_iterations, job)
+            except AsrptError:
+                raise
+            except Exception as error:
+                self._isolate_known(job, error)
         if to_predict:
-            values = self.predict([s for _, s in to_predict])
             version = self.model_version()
-            for (job, submission), iterations in zip(to_predict, values):
-                iterations = max(float(iterations), 0.0)
-                self.repository.record_prediction(
-                    job.job_id, predicted_iterations=iterations, model_version=version, made_at_s=now_s
-                )
-                self._known[job.job_id] = self._known_from(submission, iterations, job)
+            for (job, submission), iterations in zip(to_predict, self._predictions([s for _, s in to_predict])):
+                try:
+                    if isinstance(iterations, Exception):
+                        raise iterations
+                    iterations = float(iterations)
+                    iterations = iterations if math.isfinite(iterations) and iterations > 0 else 0.0
+                    self.repository.record_prediction(
+                        job.job_id, predicted_iterations=iterations, model_version=version, made_at_s=now_s
+                    )
+                    self._known[job.job_id] = self._known_from(submission, iterations, job)
+                except AsrptError:
+                    raise
+                except Exception as error:
+                    self._isolate_known(job, error)
+
+    def _predictions(self, rows: list[SubmissionRecord]) -> list[float | Exception]:
+        """One batched prediction; if the batch fails, row by row, so one row cannot sink the rest."""
+        try:
+            return list(self.predict(rows))
+        except AsrptError:
+            raise
+        except Exception:
+            values: list[float | Exception] = []
+            for row in rows:
+                try:
+                    values.append(self.predict([row])[0])
+                except AsrptError:
+                    raise
+                except Exception as error:
+                    values.append(error)
+            return values
+
+    def _isolate_known(self, job: Job, error: Exception) -> None:
+        """Remember that ``job``'s history cannot be used: it stays an ordinary job (and is not
+        retried every cycle) until it leaves the queue or the daemon restarts."""
+        reason = f"its history could not be used ({type(error).__name__}: {str(error)[:200]}); scheduled as an ordinary job"
+        self._known[job.job_id] = _Known(0.0, None, None, job.group, isolated=reason)
 
     def _record_from_slurm(self, job: Job, slurm_job: SlurmJob | None, wrapper: SubmissionRecord | None = None) -> SubmissionRecord:
         """Every job gets a history row, wrapper or not: what Slurm itself reports.
@@ -121,10 +244,10 @@ class HistoryEnrichment:
         group = (job.group or None) if wrapper is None or wrapper.recurrence_group is None else None
         record = SubmissionRecord(
             slurm_job_id=job.job_id,
-            user=job.user or (slurm_job.user if slurm_job else "") or "unknown",
+            user=(job.user or (slurm_job.user if slurm_job else "") or "unknown")[:128],
             submit_time_s=job.submit_time_s,
             source="slurm",
-            job_name=slurm_job.name if slurm_job else None,
+            job_name=slurm_job.name.replace("\0", "")[:MAX_NAME_CHARS] if slurm_job and slurm_job.name else None,
             partitions=slurm_job.partitions if slurm_job else job.allowed_partitions,
             accelerators=job.accelerators,
             accelerator_type=job.allowed_accelerators[0] if job.allowed_accelerators else None,

@@ -132,7 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/metrics":
                 self._send(HTTPStatus.OK, self.server.metrics().encode(), PROMETHEUS_CONTENT_TYPE, head=head)
             elif path == "/healthz":
-                self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8", head=head)
+                status, text = health(self.server.asrpt.stats)
+                self._send(status, text.encode("utf-8", "replace"), "text/plain; charset=utf-8", head=head)
             else:
                 self._json({"error": f"no such resource: {url.path}"}, status=HTTPStatus.NOT_FOUND, head=head)
         except Exception:  # a broken answer must not take the endpoint (or the daemon) down
@@ -261,6 +262,15 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def health(stats: Any) -> tuple[HTTPStatus, str]:
+    """``/healthz``: ok while the last cycle succeeded; 503 ``degraded`` with the last error
+    otherwise, so that a probe sees a daemon that runs but no longer schedules."""
+    if not stats.consecutive_failures:
+        return HTTPStatus.OK, "ok\n"
+    error = " ".join(str(stats.last_error).split())
+    return HTTPStatus.SERVICE_UNAVAILABLE, f"degraded: {stats.consecutive_failures} cycle(s) failed in a row; last error: {error}\n"
+
+
 def render_metrics(daemon: Any, accuracy: Any) -> str:
     """Prometheus text exposition (format 0.0.4) of the daemon's counters and gauges."""
     stats = daemon.stats
@@ -275,7 +285,17 @@ def render_metrics(daemon: Any, accuracy: Any) -> str:
 
     metric("asrpt_info", "gauge", "asrptd's version and the policy it runs.", [({"version": __version__, "policy": daemon.policy.name}, 1)])
     metric("asrpt_cycles_total", "counter", "Scheduling cycles completed.", [({}, stats.cycles)])
-    metric("asrpt_cycle_failures_total", "counter", "Cycles skipped because Slurm could not be read.", [({}, stats.failures)])
+    metric("asrpt_cycle_failures_total", "counter", "Cycles that failed (Slurm unreadable, database down, or an unexpected error).", [({}, stats.failures)])
+    metric(
+        "asrpt_cycle_errors_unexpected_total", "counter",
+        "Failed cycles whose error asrpt did not anticipate (logged with a traceback once per kind).",
+        [({}, getattr(stats, "escaped", 0))],
+    )
+    metric(
+        "asrpt_jobs_isolated_total", "counter",
+        "Jobs whose own data could not be used, scheduled as ordinary jobs (reason in asrpt explain).",
+        [({}, getattr(stats, "jobs_isolated", 0))],
+    )
     metric("asrpt_cycle_consecutive_failures", "gauge", "Cycles failed in a row (the back-off grows with it).", [({}, stats.consecutive_failures)])
     metric("asrpt_cycle_duration_seconds", "gauge", "Wall time of the last successful cycle.", [({}, stats.last_duration_s)])
     metric(

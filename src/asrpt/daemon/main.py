@@ -2,9 +2,12 @@
 
 Start-up: read the configuration (errors exit 2 so systemd shows them), upgrade the database
 schema, restore the policy state, reconcile with Slurm by running the first cycle at once,
-then schedule the cycle, the finished-job sync and retraining with APScheduler (one instance
-of each at a time). A failing cycle is logged and retried with back-off; the process keeps
-running. SIGTERM stops it between cycles.
+then run the cycle, the finished-job sync and retraining from one plain loop
+(:func:`run_loop`): one thread, one job at a time, intervals on the monotonic clock (a wall
+clock stepped back does not stop cycles), waits on the stop event (SIGTERM ends a wait at
+once and a running cycle at its end; APScheduler's shutdown deadlocked against a running
+cycle). A failing cycle is logged and retried with back-off while Slurm does not answer; the
+process keeps running.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import signal
 import socket
 import threading
 import sys
-from typing import Sequence
+import time
+from typing import Any, Callable, Sequence
 
 from asrpt.exceptions import AsrptError
 
@@ -38,16 +42,76 @@ def sd_notify(message: str) -> None:
         log.debug("sd_notify failed: %s", error)
 
 
+def status_line(stats) -> str:
+    """systemd's STATUS= text (``systemctl status``): healthy, or degraded with the last error."""
+    head = f"cycles={stats.cycles} failures={stats.failures} isolated_jobs={getattr(stats, 'jobs_isolated', 0)}"
+    if not stats.consecutive_failures:
+        return f"ok {head}"
+    error = " ".join(str(stats.last_error).split())[:200]
+    return f"degraded ({stats.consecutive_failures} failed in a row) {head}; last error: {error}"
+
+
+def guarded(name: str, work, *args):
+    """Run a periodic job; an unexpected error is logged and the daemon keeps running."""
+    try:
+        return work(*args)
+    except Exception:
+        log.exception("%s failed; retried at its next run", name)
+        return None
+
+
+def next_cycle_delay_s(daemon: Any) -> float:
+    """Seconds to the next cycle: the interval, doubled per poll of Slurm that failed in a row
+    (up to ``max_backoff_s``); back to the interval once a poll answers."""
+    section = daemon.config.daemon
+    failures = daemon.stats.backoff_failures
+    if not failures:
+        return section.interval_s
+    return min(section.interval_s * 2.0 ** min(failures, 32), section.max_backoff_s)
+
+
+def run_loop(daemon: Any, stopping: threading.Event, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    """Run the periodic jobs until ``stopping`` is set; returns right after the job under way."""
+    section = daemon.config.daemon
+    start_s = monotonic()
+    due_s = {
+        "cycle": start_s + next_cycle_delay_s(daemon),
+        "sync": start_s + section.sync_interval_s,
+        "retrain": start_s + section.retrain_interval_s,
+    }
+    while not stopping.is_set():
+        name = min(due_s, key=due_s.__getitem__)
+        wait_s = due_s[name] - monotonic()
+        if wait_s > 0 and stopping.wait(wait_s):
+            break
+        if name == "cycle":
+            daemon.cycle()
+            sd_notify(f"WATCHDOG=1\nSTATUS={status_line(daemon.stats)}")
+            due_s[name] = monotonic() + next_cycle_delay_s(daemon)
+        elif name == "sync":
+            guarded("finished-job sync", daemon.sync_finished)
+            due_s[name] = monotonic() + section.sync_interval_s
+        else:
+            guarded("retraining", daemon.retrain)
+            due_s[name] = monotonic() + section.retrain_interval_s
+
+
 def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.daemon.config import load_config
     from asrpt.daemon.service import Daemon
     from asrpt.db.migrate import upgrade
     from asrpt.db.repository import HistoryRepository
 
+    from asrpt.daemon.dbguard import DatabaseGuard, check_before_upgrade
+
     config = load_config(config_path)
+    # Before the upgrade: it would create an empty schema where the history used to be.
+    check_before_upgrade(config.database.url, config.daemon.state_dir)
     upgrade(config.database.url)
     repository = HistoryRepository.from_url(config.database.url)
-    return Daemon(config, repository=repository, dry_run=dry_run)
+    guard = DatabaseGuard(config.database.url, config.daemon.state_dir)
+    guard.check_at_start(repository)
+    return Daemon(config, repository=repository, dry_run=dry_run, database_guard=guard)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 
     # Installed first: a SIGTERM at any moment only sets this event; the main thread notices
-    # it (during start-up after the first cycle, later within a second) and stops cleanly.
+    # it (during start-up after the first cycle, later at once or when the running cycle ends).
     stopping = threading.Event()
 
     def stop(signum: int, _frame: object) -> None:
@@ -81,31 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2
 
-    daemon.sync_finished()
-    daemon.retrain()
+    guarded("finished-job sync", daemon.sync_finished)
+    guarded("retraining", daemon.retrain)
     first = daemon.cycle()
+    sd_notify(f"STATUS={status_line(daemon.stats)}")
     if args.once:
         return 0 if first is not None else 1
     if stopping.is_set():
         return 0
 
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    scheduler = BackgroundScheduler(timezone="UTC")
     interval_s = daemon.config.daemon.interval_s
-
-    def cycle_with_backoff() -> None:
-        daemon.cycle()
-        failures = daemon.stats.consecutive_failures
-        wanted_s = min(interval_s * (2 ** failures), daemon.config.daemon.max_backoff_s) if failures else interval_s
-        job = scheduler.get_job("cycle")
-        if job is not None and job.trigger.interval.total_seconds() != wanted_s:
-            scheduler.reschedule_job("cycle", trigger="interval", seconds=wanted_s)
-        sd_notify(f"WATCHDOG=1\nSTATUS=cycles={daemon.stats.cycles} failures={daemon.stats.consecutive_failures}")
-
-    scheduler.add_job(cycle_with_backoff, "interval", seconds=interval_s, id="cycle", max_instances=1, coalesce=True)
-    scheduler.add_job(daemon.sync_finished, "interval", seconds=daemon.config.daemon.sync_interval_s, id="sync", max_instances=1, coalesce=True)
-    scheduler.add_job(daemon.retrain, "interval", seconds=daemon.config.daemon.retrain_interval_s, id="retrain", max_instances=1, coalesce=True)
 
     server = None
     if daemon.config.daemon.http_bind:
@@ -119,14 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     sd_notify("READY=1")
     log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)
-    scheduler.start()
     try:
-        while not stopping.wait(1.0):
-            pass
+        run_loop(daemon, stopping)
     finally:
-        scheduler.shutdown(wait=True)  # lets a running cycle finish
         if server is not None:
             server.shutdown()
+    if daemon.config.daemon.release_holds_on_stop:
+        daemon.release_holds()
     return 0
 
 

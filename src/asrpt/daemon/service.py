@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
@@ -24,6 +24,7 @@ from asrpt.core.speed import SpeedTable, default_speed_table
 from asrpt.daemon.config import DaemonConfig
 from asrpt.daemon.enrich import HistoryEnrichment
 from asrpt.daemon.forecasts import forecast_records
+from asrpt.daemon.isolate import MAX_NAME_CHARS, ordinary_job, usable_job
 from asrpt.daemon.model import DaemonPredictor
 from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
@@ -80,9 +81,12 @@ def format_eta(forecast_: JobForecast | None, now_s: float) -> str | None:
     def at(t_s: float) -> str:
         return datetime.fromtimestamp(t_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
-    if forecast_.running:
-        return f"eta end {at(forecast_.end_s)}"
-    return f"eta start {at(forecast_.start_s)} end {at(forecast_.end_s)}"
+    try:
+        if forecast_.running:
+            return f"eta end {at(forecast_.end_s)}"
+        return f"eta start {at(forecast_.start_s)} end {at(forecast_.end_s)}"
+    except (OverflowError, OSError, ValueError):  # beyond the calendar (year 9999): no ETA to show
+        return None
 
 
 @dataclass(slots=True)
@@ -107,6 +111,14 @@ class CycleStats:
     held: int = 0
     #: Cycles whose forecasts could not be stored (the cycle itself still counted).
     forecast_failures: int = 0
+    #: Failed cycles whose error was not one asrpt raises on purpose (a bug, or data the
+    #: per-job checks missed): the daemon keeps running, /healthz says degraded.
+    escaped: int = 0
+    #: Jobs whose own data could not be used and which were scheduled as ordinary jobs.
+    jobs_isolated: int = 0
+    #: Cycles in a row in which Slurm could not be polled: what the back-off grows with. The
+    #: first poll that answers resets it, even if that cycle fails later (held jobs wait).
+    backoff_failures: int = 0
 
 
 class _ServingHolds:
@@ -114,15 +126,95 @@ class _ServingHolds:
     serving jobs that their plan confines and that do not start now
     (:meth:`ServingPlanner.hold_confined`)."""
 
-    def __init__(self, policy: Any, serving: ServingPlanner) -> None:
+    def __init__(self, policy: Any, serving: ServingPlanner, daemon: "Daemon | None" = None) -> None:
         self.policy = policy
         self.serving = serving
+        self.daemon = daemon
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.policy, name)
 
     def decide(self, snapshot: Any, now_s: float, state: Any) -> Decision:
-        return self.serving.hold_confined(self.policy.decide(snapshot, now_s, state))
+        before = state.to_dict() if self.daemon is not None and snapshot.pending else None
+        try:
+            return self.serving.hold_confined(self.policy.decide(snapshot, now_s, state))
+        except AsrptError:
+            raise
+        except Exception as error:
+            if before is None:
+                raise
+            try:
+                return self._isolating(snapshot, now_s, before, error)
+            except Exception:
+                assert self.daemon is not None
+                self.daemon.loop.state = self.policy.restore_state(before)  # the cycle changes nothing
+                raise
+
+    def _isolating(self, snapshot: Any, now_s: float, before: dict[str, Any], error: Exception) -> Decision:
+        """The policy failed on this queue: find the one pending job whose data it fails on
+        (bisection over "these jobs as ordinary ones", each try on a copy of the state from
+        before the cycle), schedule it as an ordinary job, or leave it to Slurm if even that
+        fails. Raises ``error`` when no single job explains the failure."""
+        daemon = self.daemon
+        assert daemon is not None
+        pending = list(snapshot.pending)
+        plain = lambda job: ordinary_job(job, now_s, daemon.speed, daemon.config.slurm.default_workload_class)  # noqa: E731
+
+        def attempt(jobs: list[Job]) -> tuple[Decision, Any] | None:
+            trial_state = self.policy.restore_state(before)
+            try:
+                decision = self.policy.decide(replace(snapshot, pending=tuple(jobs)), now_s, trial_state)
+            except AsrptError:
+                raise
+            except Exception:
+                return None
+            return self.serving.hold_confined(decision), trial_state
+
+        def first_plain(k: int) -> list[Job]:
+            return [plain(job) if i < k else job for i, job in enumerate(pending)]
+
+        if attempt(first_plain(len(pending))) is None:
+            raise error  # not one job's data: the policy fails on ordinary jobs too
+        low, high = 0, len(pending)  # first_plain(low) fails, first_plain(high) works
+        while high - low > 1:
+            middle = (low + high) // 2
+            if attempt(first_plain(middle)) is None:
+                low = middle
+            else:
+                high = middle
+        culprit = pending[high - 1]
+        reason = f"the policy failed on this job's data ({type(error).__name__}: {str(error)[:200]}); "
+        rest = [job for job in pending if job.job_id != culprit.job_id]
+        made = attempt([plain(job) if job.job_id == culprit.job_id else job for job in pending])
+        if made is not None:
+            reason += "scheduled as an ordinary job"
+        else:
+            made = attempt(rest)
+            reason += "left to Slurm's own scheduling this cycle"
+        if made is None:
+            raise error  # more than one job's data: fail the cycle (counted, /healthz degraded)
+        daemon.enrichment.isolate(culprit.job_id, reason)
+        decision, trial_state = made
+        daemon.loop.state = trial_state  # the failed decide may have left the old one half-updated
+        return decision
+
+
+class _PollWatch:
+    """The backend as the loop sees it: a poll that answers ends the back-off at once."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self._daemon = daemon
+
+    def snapshot(self) -> Any:
+        snapshot = self._daemon.backend.snapshot()
+        self._daemon.stats.backoff_failures = 0
+        return snapshot
+
+    def apply(self, decision: Decision) -> None:
+        self._daemon.backend.apply(decision)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._daemon.backend, name)
 
 
 class Daemon:
@@ -135,8 +227,11 @@ class Daemon:
         clock: Any = None,
         speed: SpeedTable | None = None,
         dry_run: bool = False,
+        database_guard: Any = None,
     ) -> None:
         self.config = config
+        #: Checks before each cycle that the history file is still the one opened (dbguard).
+        self.database_guard = database_guard
         self.repository = repository
         self.clock = clock or SystemClock()
         self.speed = speed_table_for(config, speed)
@@ -163,12 +258,14 @@ class Daemon:
             ingest=self._ingest_spool,
             model_version=lambda: self.predictor.version,
             serving=self.serving,
+            check=lambda job, now_s: usable_job(job, now_s, self.speed, config.slurm.default_workload_class),
+            plain=lambda job, now_s: ordinary_job(job, now_s, self.speed, config.slurm.default_workload_class),
         )
         self.state_key = f"policy:{self.policy.name}"
         saved = repository.load_state(self.state_key)
         state = self.policy.restore_state(saved) if saved else self.policy.new_state()
         self.loop = SchedulingLoop(
-            backend=self.backend, clock=self.clock, policy=_ServingHolds(self.policy, self.serving),
+            backend=_PollWatch(self), clock=self.clock, policy=_ServingHolds(self.policy, self.serving, self),
             predictions=self.enrichment, state=state,
         )
         self.stats = CycleStats()
@@ -177,21 +274,42 @@ class Daemon:
         self._last_sync_s = repository.load_state("sync:last_end_s") or 0.0
         #: ETA text last written per job, with the start/end it showed (hysteresis).
         self._eta_written: dict[str, tuple[str, float, float]] = {}
+        #: (error type, message) of unexpected cycle errors already logged with a traceback.
+        self._errors_logged: set[tuple[str, str]] = set()
 
     # -- the scheduled jobs ----------------------------------------------------------------
     def cycle(self) -> Decision | None:
-        """One scheduling cycle; returns the decision, or None when Slurm could not be read."""
+        """One scheduling cycle; returns the decision, or None when it failed (Slurm or the
+        database unavailable, or an unexpected error: counted, and shown by /healthz)."""
+        self.stats.backoff_failures += 1  # reset by the poll as soon as Slurm answers
+        try:
+            return self._cycle()
+        except AsrptError as error:
+            self._failed(str(error))
+            log.warning("cycle skipped, nothing changed: %s", error)
+            return None
+        except Exception as error:  # never let one fault stop the cluster's scheduling
+            self.stats.escaped += 1
+            text = f"{type(error).__name__}: {error}"
+            self._failed(text)
+            # The traceback once per kind of error: the same fault recurs every cycle.
+            key = (type(error).__name__, str(error))
+            if key not in self._errors_logged:
+                self._errors_logged.add(key)
+                log.exception("cycle failed, nothing saved: %s (unexpected; logged once)", text)
+            else:
+                log.warning("cycle failed again: %s", text)
+            return None
+        finally:
+            self.stats.jobs_isolated = self.enrichment.isolated_total
+
+    def _cycle(self) -> Decision:
+        if self.database_guard is not None:
+            self.database_guard.check()
         started = time.perf_counter()
         now_s = self.clock.now_s()
         self._pending_forecast: tuple[Any, float] | None = None
-        try:
-            decision = self.loop.tick()
-        except AsrptError as error:
-            self.stats.failures += 1
-            self.stats.consecutive_failures += 1
-            self.stats.last_error = str(error)
-            log.warning("cycle skipped, nothing changed: %s", error)
-            return None
+        decision = self.loop.tick()
         self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
         if self.loop.last_snapshot is not None and len(self._eta_written) > 2 * (
             len(self.loop.last_snapshot.pending) + len(self.loop.last_snapshot.running) + 1
@@ -207,6 +325,11 @@ class Daemon:
         self.stats.slurm_writes += int(getattr(report, "calls", 0) or 0)
         self.record_forecasts(decision, now_s)
         return decision
+
+    def _failed(self, text: str) -> None:
+        self.stats.failures += 1
+        self.stats.consecutive_failures += 1
+        self.stats.last_error = text[:500]
 
     def record_forecasts(self, decision: Decision, now_s: float) -> int:
         """Store this cycle's forecasts (the ones the AdminComments were written from) for
@@ -230,10 +353,10 @@ class Daemon:
                 policy=self.policy.name,
                 state=self.loop.state,
                 expected_iterations=self._expected_iterations(snapshot),
-                job_names={job_id: sj.name for job_id, sj in slurm_jobs.items()},
+                job_names={job_id: (sj.name or "").replace("\0", "")[:MAX_NAME_CHARS] for job_id, sj in slurm_jobs.items()},
                 job_users={job_id: sj.user for job_id, sj in slurm_jobs.items()},
                 job_partitions={job_id: sj.partitions for job_id, sj in slurm_jobs.items()},
-                notes=self.enrichment.serving_notes,
+                notes=self.enrichment.notes,
             )
         except Exception:  # the forecast view must never break a cycle
             log.exception("building the forecast rows failed")
@@ -246,10 +369,25 @@ class Daemon:
         self.stats.held = sum(1 for row in rows if row.held)
         try:
             self.repository.record_forecasts(now_s, rows)
-        except AsrptError as error:
+        except Exception as error:  # the decision is made and written: only the view is stale
             self.stats.forecast_failures += 1
-            log.warning("forecasts not stored: %s", error)
+            log.warning("forecasts not stored: %s: %s", type(error).__name__, error)
         return len(rows)
+
+    def release_holds(self) -> int:
+        """Release every hold asrpt placed and every node list it pinned (asrptd is stopping):
+        a job held for a consolidated placement must not wait for a daemon that is gone.
+        Priorities stay as last written; Slurm schedules on its own. Returns the releases."""
+        try:
+            self.backend.snapshot()
+            self.backend.apply(Decision(order=()))
+        except Exception as error:  # stopping anyway: say what is left held
+            log.error("could not release asrpt's holds on stop: %s: %s; they stay until asrptd runs again", type(error).__name__, error)
+            return 0
+        released = int(getattr(getattr(self.backend, "last_apply", None), "releases", 0) or 0)
+        if released:
+            log.info("released %d job(s) asrpt held", released)
+        return released
 
     def sync_finished(self) -> int:
         """Record the outcome of every job that ended since the last sync (for the predictor)."""
@@ -267,17 +405,23 @@ class Daemon:
             # Jobs rarely report iterations; their run time over the modelled per-iteration time
             # of their placement is the estimate the predictor learns from.
             iterations = runtime_s / alpha_s if runtime_s is not None and alpha_s else None
-            self.repository.record_outcome(
-                OutcomeRecord(
-                    slurm_job_id=job.job_id,
-                    start_time_s=job.start_time_s,
-                    end_time_s=job.end_time_s,
-                    exit_state=job.state,
-                    exit_code=job.exit_code,
-                    nodes=",".join(job.nodes) or None,
-                    iterations=iterations,
+            try:
+                self.repository.record_outcome(
+                    OutcomeRecord(
+                        slurm_job_id=job.job_id,
+                        start_time_s=job.start_time_s,
+                        end_time_s=job.end_time_s,
+                        exit_state=job.state,
+                        exit_code=job.exit_code,
+                        nodes=",".join(job.nodes) or None,
+                        iterations=iterations,
+                    )
                 )
-            )
+            except AsrptError:
+                raise  # the database is down: the next sync starts from the same point
+            except Exception as error:  # this job's outcome only; its time must not move the sync point
+                log.warning("job %s: outcome not recorded (%s: %s)", job.job_id, type(error).__name__, error)
+                continue
             recorded += 1
             self._last_sync_s = max(self._last_sync_s, job.end_time_s or 0.0)
         self.repository.save_state("sync:last_end_s", self._last_sync_s)
@@ -310,13 +454,28 @@ class Daemon:
 
     # -- hooks the backend calls -------------------------------------------------------------
     def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:
-        alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
+        """The backend asks this while reading squeue, before the enrichment has checked the
+        job: an unusable class or layout is replaced here too (the reason is noted then)."""
+        job, _ = usable_job(job, self.clock.now_s(), self.speed, self.config.slurm.default_workload_class)
+        try:
+            alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
+        except Exception:  # this running job's progress is unknown; the snapshot goes on
+            log.exception("job %s: no per-iteration time for its placement", job.job_id)
+            return math.inf
         self._alpha_by_job[job.job_id] = alpha_s
         return alpha_s
 
     def _admin_comment(self, job_id: str, decision: Decision) -> str | None:
         """asrpt's AdminComment text for ``job_id``: the ETA, and a serving job's chosen
-        tensor-parallel degree (``serve tp=2``), which its script can read at start."""
+        tensor-parallel degree (``serve tp=2``), which its script can read at start.
+        An error for one job leaves that job's text out, never the other jobs' writes."""
+        try:
+            return self._admin_comment_of(job_id, decision)
+        except Exception as error:
+            self.enrichment.note(job_id, f"no ETA written ({type(error).__name__}: {error})")
+            return None
+
+    def _admin_comment_of(self, job_id: str, decision: Decision) -> str | None:
         text = self._eta_text(job_id, decision)
         choice = self.serving.choices.get(job_id)
         if choice is None:
@@ -376,7 +535,13 @@ class Daemon:
                 lambda job_id: jobs[job_id].user if job_id in jobs else None,
                 max_pending_age_s=self.config.spool.max_age_s,
             ):
-                self.repository.record_submission(ingest.to_submission_record(record))
+                try:
+                    self.repository.record_submission(ingest.to_submission_record(record))
+                except AsrptError:
+                    raise  # the database is down: the record waits in the spool
+                except Exception as error:  # this record only: set it aside, the cycle goes on
+                    ingest.set_aside(record, f"storing it failed: {type(error).__name__}: {error}")
+                    continue
                 ingest.remove(record)
                 accepted += 1
         self.stats.spool_accepted += accepted

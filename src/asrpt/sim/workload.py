@@ -21,6 +21,12 @@ seeded draw, and derive the iterations from the duration:
   speed table's batch size for the class: ``steps x t(batch) / t(table)`` with t the V100 step
   times (Gavel's measurements, :data:`asrpt.sim.traces.GAVEL_V100_STEP_TIME_S`). Without this
   a "LM (batch size 5)" job would run 3.9x too long.
+* **Allocation shape**: the derived request (:data:`asrpt.core.model.DERIVED`), the way users
+  submit: on a partition of ``s``-accelerator nodes a job of ``g <= s`` asks for one node, a
+  larger one for whole nodes (``n`` = the smallest ``n >= ceil(g/s)`` dividing ``g``, ``g/n``
+  each: 16 on 8-GPU nodes is 2 x 8, 12 is 2 x 6, 9 is 3 x 3). alpha_min is that shape's alpha;
+  a job whose shape fits no partition it may use (9 GPUs on two 8-GPU nodes) is skipped as
+  "too large for cluster", like a job larger than the cluster.
 * **Accelerator type**: a record that names a type may run only on partitions whose name or
   accelerator matches it (case-insensitively), else on a partition whose accelerator the speed
   table resolves to the same type ("V100M32" -> a v100 partition). If the cluster has neither,
@@ -46,7 +52,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Iterable, Sequence, TypeVar
 
-from asrpt.core.model import Job, ParallelConfig, Partition
+from asrpt.core.model import DERIVED, Job, ParallelConfig, Partition
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.speed import SpeedTable
 from asrpt.exceptions import ConfigError
@@ -346,7 +352,7 @@ def build_jobs(
         alpha = alpha_cache.get(key)
         if alpha is None:
             probe = Job(job_id=record.job_id, submit_time_s=record.submit_time_s, parallel=parallel,
-                        workload_class=workload_class, allowed_accelerators=allowed)
+                        workload_class=workload_class, allowed_accelerators=allowed, request_shape=DERIVED)
             alpha = alpha_cache[key] = alpha_min_s(probe, partitions, nodes, speed)
         if not math.isfinite(alpha):
             count(skipped, "too large for cluster")
@@ -386,6 +392,7 @@ def build_jobs(
             allowed_accelerators=allowed,
             true_iterations=iterations,
             time_limit_s=limit,
+            request_shape=DERIVED,
         ))
         seen.add(record.job_id)
 

@@ -15,7 +15,9 @@ cycle, turned into a :class:`~asrpt.core.model.ClusterSnapshot`:
   is down, drained, failing, not responding or of unknown state.
 * **pending jobs** (those Slurm could start: not held by a user or admin, no
   BeginTime/Dependency/... reason, see :data:`DEFAULT_INELIGIBLE_REASONS`): accelerators =
-  GRES per node x nodes, or ``--gpus``, or per task x tasks; allowed partitions = asrpt
+  GRES per node x nodes, or ``--gpus``, or per task x tasks; allocation shape = what cons_tres
+  allocates for that request (per node x nodes: fixed; ``--gpus`` alone or per task: spread;
+  see ``_request``), so asrpt pins only node lists Slurm accepts; allowed partitions = asrpt
   partitions that share nodes with the job's Slurm partitions and have the requested GRES
   (name and type); allowed accelerators = theirs. Jobs without an accelerator GRES are left
   to Slurm. The layout is data parallel unless the job's ``--comment`` carries a hint
@@ -69,7 +71,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
-from asrpt.core.model import ClusterSnapshot, Decision, Job, Node, ParallelConfig, Partition, Placement, RunningJob
+from asrpt.core.model import (
+    SPREAD,
+    ClusterSnapshot,
+    Decision,
+    Job,
+    Node,
+    ParallelConfig,
+    Partition,
+    Placement,
+    RequestShape,
+    RunningJob,
+)
 from asrpt.exceptions import ConfigError, SlurmOutputMalformed, SlurmUnreachable
 from asrpt.slurm import commands
 from asrpt.slurm.parsing import (
@@ -594,17 +607,33 @@ class SlurmCliBackend:
         return ClusterSnapshot(partitions=layout.partitions, nodes=tuple(core_nodes),
                                pending=tuple(pending), running=tuple(running))
 
-    def _request(self, sj: SlurmJob) -> tuple[GresItem, int, bool] | None:
-        """(requested accelerator GRES, total count, whether it is per node) or None."""
+    def _request(self, sj: SlurmJob) -> tuple[GresItem, int, bool, RequestShape] | None:
+        """(requested accelerator GRES, total count, whether it is per node, allocation shape)
+        or None.
+
+        The shape is what cons_tres will allocate, so the only one asrpt may pin: GRES per
+        node x node count (``-N n --gres=gpu:k``, ``--gpus-per-node``) is fixed ``n x k``;
+        ``--gpus=g`` with ``--gpus-per-node=k`` is fixed ``g/k x k``; ``--gpus`` alone or per
+        task is spread (any nodes).
+        """
         accel = {g.lower() for g in self.config.accelerator_gres}
-        for items, factor, per_node in (
-            (sj.gres_per_node, sj.node_count, True),
-            (sj.gres_per_job, 1, False),
-            (sj.gres_per_task, sj.tasks, False),
-        ):
-            for item in items:
-                if item.name.lower() in accel and item.count > 0:
-                    return item, item.count * factor, per_node
+
+        def first(items: Sequence[GresItem]) -> GresItem | None:
+            return next((i for i in items if i.name.lower() in accel and i.count > 0), None)
+
+        per_node, per_job = first(sj.gres_per_node), first(sj.gres_per_job)
+        if per_node is not None and per_job is not None:
+            if per_job.count % per_node.count == 0:
+                nodes = per_job.count // per_node.count
+                return per_node, per_job.count, True, RequestShape(nodes=nodes, per_node=per_node.count)
+            return per_job, per_job.count, False, SPREAD
+        if per_node is not None:
+            return per_node, per_node.count * sj.node_count, True, RequestShape(nodes=sj.node_count, per_node=per_node.count)
+        if per_job is not None:
+            return per_job, per_job.count, False, SPREAD
+        per_task = first(sj.gres_per_task)
+        if per_task is not None:
+            return per_task, per_task.count * sj.tasks, False, SPREAD
         return None
 
     def _owned_hold(self, sj: SlurmJob) -> bool:
@@ -617,7 +646,7 @@ class SlurmCliBackend:
         return sj.reason == "BadConstraints" and "pin" in flags and bool(sj.required_nodes)
 
     def _make_job(self, sj: SlurmJob, layout: _Layout, request: GresItem, count: int,
-                  partitions: Sequence[str], per_node: bool = False) -> Job | None:
+                  partitions: Sequence[str], per_node: bool = False, shape: RequestShape = SPREAD) -> Job | None:
         targets = layout.targets(partitions, request, request.count if per_node else 1)
         if not targets:
             return None
@@ -632,6 +661,7 @@ class SlurmCliBackend:
             allowed_partitions=targets,
             allowed_accelerators=tuple(sorted({layout.partition(t).accelerator for t in targets})),
             time_limit_s=sj.time_limit_s,
+            request_shape=shape,
         )
 
     def _pending_job(self, sj: SlurmJob, layout: _Layout) -> Job | None:
@@ -641,13 +671,13 @@ class SlurmCliBackend:
         request = self._request(sj)
         if request is None:
             return None
-        return self._make_job(sj, layout, request[0], request[1], sj.partitions, request[2])
+        return self._make_job(sj, layout, request[0], request[1], sj.partitions, request[2], request[3])
 
     def _running_job(self, sj: SlurmJob, layout: _Layout) -> RunningJob | None:
         request = self._request(sj)
         if request is None:
             return None
-        item, total, per_node = request
+        item, total, per_node, shape = request
         workers: list[str] = []
         if sj.gres_allocated:
             for node, alloc in zip(sj.nodes, sj.gres_allocated):
@@ -666,7 +696,10 @@ class SlurmCliBackend:
         for w in workers:
             counts[layout.node_partition[w]] = counts.get(layout.node_partition[w], 0) + 1
         partition = layout.partition(max(counts, key=lambda p: counts[p]))
-        job = self._make_job(sj, layout, item, len(workers), sj.partitions or (partition.name,))
+        # It keeps the placement Slurm gave it; the request's shape only if that is what it holds.
+        if shape.fixed and len(workers) != total:
+            shape = SPREAD
+        job = self._make_job(sj, layout, item, len(workers), sj.partitions or (partition.name,), shape=shape)
         if job is None:
             job = Job(job_id=sj.job_id, submit_time_s=sj.submit_time_s,
                       parallel=ParallelConfig.data_parallel(len(workers)),
@@ -688,7 +721,7 @@ class SlurmCliBackend:
         request = self._request(sj)
         if request is None:
             return None, "requests no accelerator GRES"
-        item, _total, per_node = request
+        item, _total, per_node, _shape = request
         nodes = list(dict.fromkeys(placement.worker_nodes))
         if not nodes:
             return None, "empty placement"

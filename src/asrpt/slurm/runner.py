@@ -231,6 +231,11 @@ class SlurmRunner:
                 tuple(argv), Outcome.UNREACHABLE, None, "", f"cannot run {argv[0]}: {exc}",
                 time.monotonic() - started, attempt,
             )
+        except ValueError as exc:  # a NUL in an argument (one job's AdminComment): that write only
+            return RunResult(
+                tuple(argv), Outcome.MALFORMED, None, "", f"not run: an argument contains a NUL byte ({exc})",
+                time.monotonic() - started, attempt,
+            )
         return RunResult(
             tuple(argv), classify(proc.returncode, proc.stderr), proc.returncode,
             proc.stdout, proc.stderr, time.monotonic() - started, attempt,

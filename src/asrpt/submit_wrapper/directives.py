@@ -435,6 +435,52 @@ def parse_asrpt_words(words: list[str], where: str) -> tuple[dict[str, object], 
     return fields, warnings
 
 
+#: Workload classes of the packaged speed table (asrpt/data/speed_table.json; a test keeps
+#: them equal), so that the wrapper can warn about an unknown one without loading the table.
+KNOWN_WORKLOAD_CLASSES = (
+    "a3c", "cyclegan", "lm", "recommendation", "resnet18", "resnet50", "transformer", "bert",
+    "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3",
+)  # fmt: skip
+
+
+def _class_key(name: str) -> str:
+    """The speed table's lookup key: case-insensitive, ignoring ``-``, ``_`` and whitespace."""
+    return "".join(ch for ch in name.lower() if ch not in "-_" and not ch.isspace())
+
+
+def workload_class_problem(name: str, where: str) -> str | None:
+    """A warning if the daemon's speed table does not know ``name`` (it is then scheduled as
+    an ordinary job), else None."""
+    if _class_key(name) in {_class_key(c) for c in KNOWN_WORKLOAD_CLASSES}:
+        return None
+    return (
+        f"{where}: workload class {_shorten(name)!r} is unknown (known: {', '.join(KNOWN_WORKLOAD_CLASSES)}); "
+        "submitted, but asrpt schedules the job as an ordinary one"
+    )
+
+
+def comment_problems(comment: str) -> list[str]:
+    """Warnings for the ``asrpt:`` hints of a ``--comment`` the daemon cannot use."""
+    problems: list[str] = []
+    for word in comment.split():
+        if not word.startswith("asrpt:"):
+            continue
+        for item in word[len("asrpt:") :].split(","):
+            key, _, value = item.partition("=")
+            key = key.strip().lower()
+            if key == "class" and value:
+                problem = workload_class_problem(value, "--comment asrpt:class")
+                if problem:
+                    problems.append(problem)
+            elif key in ("dp", "pp", "tp", "mb"):
+                limit = _MAX_MICRO_BATCHES if key == "mb" else _MAX_DEGREE
+                if _positive_int(value, limit) is None:
+                    problems.append(
+                        f"--comment asrpt:{_shorten(item)}: expected a positive integer up to {limit}; asrpt ignores it"
+                    )
+    return problems
+
+
 def merge_asrpt_fields(into: dict[str, object], fields: dict[str, object]) -> None:
     """Add one line's fields to those of earlier lines: a later value wins, and a later
     ``tp=N`` (or ``parallel=``) cancels an earlier ``tp=auto`` and the other way round."""

@@ -200,7 +200,7 @@ def read_spool(
     candidates: list[tuple[float, str, int]] = []
     for entry in entries:
         name = entry.name
-        if name == spool.REJECTED_DIR:
+        if name in (spool.REJECTED_DIR, spool.BAD_DIR):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -263,6 +263,8 @@ def _read_one(path: str, max_bytes: int) -> SpoolRecord:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RecordFormatError(f"not JSON: {exc}") from exc
+    except RecursionError:
+        raise RecordFormatError("JSON nested too deeply") from None
     try:
         owner_name: str | None = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
@@ -297,10 +299,14 @@ def _opt_str(document: Mapping[str, Any], key: str, limit: int = 4096) -> str | 
     return value
 
 
+#: Largest integer a record may hold: what every history database stores in an INTEGER.
+MAX_RECORD_INT = 2**31 - 1
+
+
 def _positive_int(document: Mapping[str, Any], key: str) -> int | None:
     value = _get(document, key, int)
-    if value is not None and value < 1:
-        raise RecordFormatError(f"{key} must be positive")
+    if value is not None and not 1 <= value <= MAX_RECORD_INT:
+        raise RecordFormatError(f"{key} must be a positive integer up to {MAX_RECORD_INT}")
     return value
 
 
@@ -343,7 +349,11 @@ def parse_record(
     if iterations is not None and not (math.isfinite(iterations) and iterations > 0):
         raise RecordFormatError("iterations must be a positive number")
     het = _get(directives, "het_components", int)
+    if het is not None and not -MAX_RECORD_INT <= het <= MAX_RECORD_INT:
+        raise RecordFormatError("het_components is out of range")
     claimed_uid = _get(document, "claimed_uid", int)
+    if claimed_uid is not None and not 0 <= claimed_uid < 2**32:
+        raise RecordFormatError("claimed_uid is not a uid")
     source = _opt_str(script, "source", 16)
     if source is not None and source not in ("file", "stdin", "wrap"):
         raise RecordFormatError(f"unknown script source {source[:20]!r}")
@@ -479,6 +489,28 @@ def reject(record: SpoolRecord, reason: str) -> None:
     _discard(os.path.dirname(record.path), os.path.basename(record.path), reason)
 
 
+def set_aside(record: Any, reason: str) -> bool:
+    """Move a valid record the daemon could not store into ``bad/`` (never pruned), so that it
+    neither fails every cycle nor is lost; False (the file stays) when ``bad/`` is unusable."""
+    directory, name = os.path.dirname(record.path), os.path.basename(record.path)
+    target_dir = _rejected_dir(directory, spool.BAD_DIR)
+    logger.error("setting spool record %s aside in %s/: %s", record.path, spool.BAD_DIR, reason,
+                 extra={"action": "spool_bad", "path": record.path})
+    if target_dir is None:
+        return False
+    target = os.path.join(target_dir, name)
+    if os.path.lexists(target):
+        target = os.path.join(target_dir, f"{name}.{time.time_ns()}")
+    try:
+        os.rename(record.path, target)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        logger.warning("cannot move %s to %s: %s", record.path, target_dir, exc.strerror)
+        return False
+    return True
+
+
 def to_submission_record(record: SpoolRecord) -> Any:
     """The repository's :class:`~asrpt.db.repository.SubmissionRecord` for an accepted record.
 
@@ -516,9 +548,9 @@ def to_submission_record(record: SpoolRecord) -> Any:
 # ---- discarding ---------------------------------------------------------------------------
 
 
-def _rejected_dir(directory: str) -> str | None:
-    """``directory/rejected`` if it is safe to move files into, creating it if needed."""
-    path = os.path.join(directory, spool.REJECTED_DIR)
+def _rejected_dir(directory: str, name: str = spool.REJECTED_DIR) -> str | None:
+    """``directory/rejected`` (or ``name``) if it is safe to move files into, creating it if needed."""
+    path = os.path.join(directory, name)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:

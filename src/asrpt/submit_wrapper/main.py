@@ -273,11 +273,20 @@ class Recorder:
                 where = "stdin" if source == "stdin" else (info.script or "")
                 for message in script_info.warnings:
                     self.warnings.add(f"{where} {message}")
+                workload_class = script_info.asrpt.get("workload_class")
+                if isinstance(workload_class, str):
+                    problem = directives.workload_class_problem(workload_class, f"{where} #ASRPT class")
+                    if problem:
+                        self.warnings.add(problem)
             recurrence_group = sha256_hex(normalised.encode("utf-8"))
         sbatch_options: dict[str, object] = {}
         if script_info is not None:
             sbatch_options.update(script_info.components[0])
         sbatch_options.update(info.options)
+        comment = sbatch_options.get("comment")
+        if isinstance(comment, str):
+            for problem in directives.comment_problems(comment):
+                self.warnings.add(problem)
         directive_record = {
             "sbatch": {spool.clean_text(k): (v if v is True else spool.clean_text(str(v))) for k, v in sbatch_options.items()},
             "het_components": max(info.components, len(script_info.components) if script_info else 1),

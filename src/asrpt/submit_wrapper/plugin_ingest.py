@@ -53,11 +53,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from asrpt.exceptions import AsrptError
 from asrpt.submit_wrapper import directives
 from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _get, _prune_rejected
 from asrpt.submit_wrapper.ingest import reject as _reject_spool_file
 from asrpt.submit_wrapper.ingest import remove as _remove_spool_file
-from asrpt.submit_wrapper.spool import REJECTED_DIR, RECORD_SUFFIX, TEMP_PREFIX
+from asrpt.submit_wrapper.ingest import set_aside
+from asrpt.submit_wrapper.spool import BAD_DIR, REJECTED_DIR, RECORD_SUFFIX, TEMP_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +276,7 @@ def read_plugin_spool(
         return []
     candidates: list[tuple[float, str]] = []
     for entry in entries:
-        if entry.name == REJECTED_DIR:
+        if entry.name in (REJECTED_DIR, BAD_DIR):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -331,6 +333,8 @@ def _read_one(path: str, trusted_uids: Sequence[int], max_bytes: int) -> PluginR
         document = json.loads(data.decode("utf-8", "surrogateescape"))
     except ValueError as exc:
         raise RecordFormatError(f"not JSON: {exc}") from exc
+    except RecursionError:
+        raise RecordFormatError("JSON nested too deeply") from None
     return parse_plugin_record(
         document,
         path=path,
@@ -632,12 +636,24 @@ def ingest_plugin_spool(
     records = read_plugin_spool(spool_dir, trusted_uids=trusted_uids, now_s=now)
     pairs = match_plugin_records(records, jobs)
     matched: dict[str, list[str]] = {}
+    bad: set[str] = set()
     for job_id, record in pairs:
-        record_submission(to_submission_record(record, job_id, jobs.get(job_id), accelerator_gres=accelerator_gres))
+        if record.path in bad:
+            continue
+        try:
+            record_submission(to_submission_record(record, job_id, jobs.get(job_id), accelerator_gres=accelerator_gres))
+        except AsrptError:
+            raise  # the database is down: the record waits for the next cycle
+        except Exception as error:  # this record cannot be stored: set it aside, go on
+            set_aside(record, f"storing it for job {job_id} failed: {type(error).__name__}: {error}")
+            bad.add(record.path)
+            continue
         matched.setdefault(record.path, []).append(job_id)
-    stored = len(pairs)
+    stored = sum(len(v) for k, v in matched.items() if k not in bad)
     waiting = expired = 0
     for record in records:
+        if record.path in bad:
+            continue
         job_ids = matched.get(record.path)
         if job_ids:
             if record.array and any(getattr(jobs[j], "is_pending", False) for j in job_ids):

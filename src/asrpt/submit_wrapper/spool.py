@@ -73,6 +73,9 @@ MAX_ARG_CHARS = 8192
 MAX_ARGS = 4096
 #: Name of the subdirectory the daemon moves refused records into.
 REJECTED_DIR = "rejected"
+#: Valid records the daemon could not store (a bug or a value its database refuses): moved
+#: here for an admin to look at, never deleted, so no submission's history is lost.
+BAD_DIR = "bad"
 
 
 def clean_text(value: str) -> str:

@@ -3,7 +3,7 @@
 import pytest
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
-from asrpt.core.model import ClusterSnapshot, Job, Node, ParallelConfig, Partition, Placement, RunningJob
+from asrpt.core.model import DERIVED, SPREAD, ClusterSnapshot, Job, Node, ParallelConfig, Partition, Placement, RunningJob
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.speed import default_speed_table
 from tests.helpers import flat_job, flat_speed_table
@@ -31,8 +31,19 @@ def run(queue, snapshot, speed=SPEED, now_s=0.0, first_blocked=None, **options):
     )
 
 
-def tp8_job(job_id="big", iterations=1000.0):
-    return Job(job_id=job_id, submit_time_s=0.0, parallel=ParallelConfig(tensor=8), workload_class="resnet50", predicted_iterations=iterations)
+def tp8_job(job_id="big", iterations=1000.0, request_shape=SPREAD):
+    """Spread (``--gpus=8``) by default: only such a job may start split, so only it is ever held."""
+    return Job(job_id=job_id, submit_time_s=0.0, parallel=ParallelConfig(tensor=8), workload_class="resnet50",
+               predicted_iterations=iterations, request_shape=request_shape)
+
+
+def test_a_shaped_job_is_never_split_so_never_held():
+    """The same 8-wide job as users submit it (one node of 8): with 4 + 4 free it cannot start
+    at all (Slurm would not split it), so there is nothing to hold either."""
+    snapshot = ClusterSnapshot(partitions=(A100,), nodes=(node("n0", A100, 4), node("n1", A100, 4)), pending=())
+    result = run([tp8_job(request_shape=DERIVED)], snapshot, comm_heavy_tau=0.5)
+    assert result.starts == [] and result.holds == []
+    assert "waiting for 8 accelerators" in result.reasons["big"]
 
 
 def test_comm_heavy_job_is_held_then_started_when_the_budget_runs_out():

@@ -10,7 +10,7 @@ import pytest
 
 from asrpt.core import comm
 from asrpt.core.comm import cut_weight_gb, ideal_iteration_time_s, iteration_time_s, single_node_iteration_time_s
-from asrpt.core.model import Job, Node, ParallelConfig, Partition
+from asrpt.core.model import SPREAD, Job, Node, ParallelConfig, Partition
 from asrpt.core.placement import alpha_min_s, best_placement, heavy_edge_place
 from asrpt.core.placement_ilp import ilp_place
 from asrpt.core.speed import SpeedTable, default_speed_table
@@ -25,6 +25,9 @@ def speed() -> SpeedTable:
 
 
 def make_job(d: int = 1, p: int = 1, t: int = 1, m: int = 4, cls: str = "bert", **kw) -> Job:
+    """A spread (``--gpus``) job by default: these tests exercise Heavy-Edge's free-form search,
+    which only a spread request gets; shaped requests are in tests/unit/core/test_shapes.py."""
+    kw.setdefault("request_shape", SPREAD)
     return Job(job_id="j", submit_time_s=0.0, workload_class=cls,
                parallel=ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=m), **kw)
 

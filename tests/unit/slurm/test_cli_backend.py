@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asrpt.core.model import Decision, Partition, Placement
+from asrpt.core.model import SPREAD, Decision, Partition, Placement, RequestShape
 from asrpt.exceptions import ConfigError, SlurmOutputMalformed, SlurmUnreachable
 from asrpt.slurm.cli_backend import (
     PRIORITY_AUTO_MAX,
@@ -188,6 +188,25 @@ def test_snapshot_pending_jobs(fake):
     assert by_name["rec-pend-admin"].accelerators == 6
     assert by_name["rec-pend-held"] is None and by_name["rec-pend-begin"] is None
     assert [j.submit_time_s for j in snap.pending] == sorted(j.submit_time_s for j in snap.pending)
+
+
+def test_snapshot_request_shapes(fake):
+    """Per-node GRES x nodes is a fixed shape (cons_tres gives exactly that or nothing);
+    ``--gpus`` alone is spread; ``--gpus`` with ``--gpus-per-node`` is fixed g/k x k."""
+    gres = "gres/gpu" if fake.version == "24.11" else "gres:gpu"
+    both = fake.job("rec-pend-untyped")
+    both["tres_per_job"], both["tres_per_node"] = f"{gres}:8", f"{gres}:4"  # --gpus=8 --gpus-per-node=4
+    snap = backend(fake).snapshot()
+    pending = {j.job_id: j for j in snap.pending}
+    assert pending[fake.id("rec-pend-typed")].request_shape == RequestShape(nodes=1, per_node=8)
+    assert pending[fake.id("rec pend multi partition")].request_shape == RequestShape(nodes=1, per_node=6)
+    assert pending[fake.id("rec-pend-gpus-per-job")].request_shape == SPREAD  # --gpus=12
+    untyped = pending[fake.id("rec-pend-untyped")]
+    assert untyped.accelerators == 8 and untyped.request_shape == RequestShape(nodes=2, per_node=4)
+    # a running job keeps its placement; its request (-N 2 --gres=gpu:a100:3) is 2 x 3
+    running = {r.job.job_id: r for r in snap.running}
+    assert running[fake.id("rec-two-nodes")].job.request_shape == RequestShape(nodes=2, per_node=3)
+    assert running[fake.id("rec-v100-gpus")].job.request_shape == SPREAD
 
 
 def test_snapshot_running_jobs(fake):

@@ -146,3 +146,12 @@ def test_bad_arguments():
         SlurmRunner(timeout_s=0)
     with pytest.raises(ValueError):
         SlurmRunner().run([])
+
+
+def test_an_argument_with_a_nul_is_refused_not_raised(bin_dir):
+    """A NUL in a job's AdminComment (squeue shows it) comes back in the scontrol update
+    asrpt writes; subprocess raises ValueError for it, which stopped the whole apply."""
+    fake(bin_dir, "scontrol", "exit 0")
+    result = runner_on_path(bin_dir).run(["scontrol", "update", "JobId=7", "AdminComment=a\x00b"])
+    assert result.outcome is Outcome.MALFORMED and result.returncode is None
+    assert "NUL" in result.stderr

@@ -441,3 +441,40 @@ def test_users_can_neither_forge_nor_tamper(two_users, shared_spool):
     kept = [r for r in read_spool(shared_spool) if accept_record(r, slurm_users.get)]
     assert [(r.owner_name, r.slurm_job_id, r.model_name) for r in kept] == [(alice, alice_job, "m")]
     assert rejected(shared_spool) == ["forged.json"]
+
+
+# ---- issue 16: records that would break every cycle -------------------------------------------
+
+_DEEP = b'{"format": "asrpt-submission", "version": 1, "slurm_job_id": "1", "x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        _DEEP,
+        record_document(directives={"asrpt": {"parallel_data": 2**70}}),
+        record_document(directives={"asrpt": {"micro_batches": 2**31}}),
+        record_document(claimed_uid=2**70),
+        record_document(directives={"het_components": 2**70}),
+    ],
+    ids=["deeply-nested", "dp-2^70", "mb-2^31", "uid-2^70", "het-2^70"],
+)
+def test_records_the_history_could_not_hold_are_rejected_when_read(spool_dir, content):
+    put(spool_dir, "x.json", content)
+    assert read_spool(spool_dir) == []
+    assert rejected(spool_dir) == ["x.json"]
+
+
+def test_a_record_that_cannot_be_stored_is_set_aside_in_bad_and_kept(spool_dir):
+    from asrpt.submit_wrapper.ingest import set_aside
+
+    put(spool_dir, "a.json", record_document("7"))
+    put(spool_dir, "b.json", record_document("8"))
+    first, second = read_spool(spool_dir)
+    assert set_aside(first, "storing it failed: DataError: too long")
+    bad = spool_dir / spool.BAD_DIR
+    assert sorted(p.name for p in bad.iterdir()) == ["a.json"]
+    assert stat.S_IMODE(bad.stat().st_mode) == 0o700
+    # bad/ is neither read as a record nor pruned with rejected/.
+    assert [r.slurm_job_id for r in read_spool(spool_dir, rejected_max_age_s=0.0)] == ["8"]
+    assert (bad / "a.json").exists() and rejected(spool_dir) == []

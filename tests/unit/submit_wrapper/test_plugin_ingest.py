@@ -22,6 +22,7 @@ import pytest
 from asrpt.db.migrate import upgrade_engine
 from asrpt.db.repository import HistoryRepository, SubmissionRecord
 from asrpt.db.session import make_engine
+from asrpt.exceptions import DatabaseUnavailable
 from asrpt.slurm.cli_backend import format_admin_comment, split_admin_comment
 from asrpt.slurm.records import SlurmJob
 from asrpt.submit_wrapper import directives, plugin_ingest
@@ -406,11 +407,38 @@ def test_a_failing_database_keeps_the_record(tmp_path):
     put(spool_dir, "1-a.json", document())
 
     def broken(_record: SubmissionRecord) -> None:
-        raise RuntimeError("database is locked")
+        # What the repository raises for a locked or unreachable database.
+        raise DatabaseUnavailable("sqlite:///x.db", "database is locked")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(DatabaseUnavailable):
         ingest_plugin_spool(spool_dir, {"7": slurm_job("7")}, broken)
     assert (spool_dir / "1-a.json").exists()
+
+
+@needs_root
+def test_a_record_the_database_refuses_is_set_aside_and_the_others_stored(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-a.json", document("a" * 20))
+    put(spool_dir, "2-b.json", document("b" * 20))
+    stored: list[SubmissionRecord] = []
+
+    def record(submission: SubmissionRecord) -> None:
+        if submission.slurm_job_id == "7":
+            raise ValueError("value too long for type character varying(256)")
+        stored.append(submission)
+
+    jobs = {"7": slurm_job("7", "a" * 20), "8": slurm_job("8", "b" * 20)}
+    result = ingest_plugin_spool(spool_dir, jobs, record)
+    assert result.stored == 1 and [s.slurm_job_id for s in stored] == ["8"]
+    assert os.listdir(spool_dir / "bad") == ["1-a.json"] and not list(spool_dir.glob("*.json"))
+
+
+@needs_root
+def test_deeply_nested_json_is_rejected_not_raised(tmp_path):
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-a.json", '{"format": "asrpt-plugin-submission", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    assert read_plugin_spool(spool_dir) == []
+    assert os.listdir(spool_dir / "rejected") == ["1-a.json"]
 
 
 # ---- job_submit.lua under a stand-in slurmctld ----------------------------------------------------

@@ -33,7 +33,7 @@ from .wrapper_helpers import (
     wrapper_command,
 )
 
-SCRIPT = "#!/bin/bash\n#SBATCH -J train --gres=gpu:2\n#ASRPT model=llama-7b class=llm parallel=2x1x1 iterations=5000\nsrun train\n"
+SCRIPT = "#!/bin/bash\n#SBATCH -J train --gres=gpu:2\n#ASRPT model=llama-7b class=transformer parallel=2x1x1 iterations=5000\nsrun train\n"
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_plain_submission_is_passed_through_and_recorded(tmp_path, spool, job_sc
     assert record["directives"]["sbatch"] == {"job-name": "train", "gres": "gpu:2"}
     assert record["directives"]["asrpt"] == {
         "model": "llama-7b",
-        "workload_class": "llm",
+        "workload_class": "transformer",
         "parallel_data": 2,
         "parallel_pipeline": 1,
         "parallel_tensor": 1,
@@ -515,3 +515,42 @@ def test_sigint_to_the_wrapper_alone_does_not_abandon_sbatch(tmp_path, spool, jo
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and err == b""
+
+
+# ---- issue 16: what the daemon cannot use is said at submission -------------------------------
+
+
+@pytest.mark.parametrize(
+    "header, args, words",
+    [
+        ("#ASRPT class=zzz\n", [], b"workload class 'zzz' is unknown"),
+        ("", ["--comment", "asrpt:class=bert2"], b"workload class 'bert2' is unknown"),
+        ("", ["--comment=x asrpt:mb=10000000000000000000000000"], b"asrpt:mb=1000"),
+    ],
+)
+def test_data_the_daemon_cannot_use_warns_once_and_submits_unchanged(tmp_path, spool, header, args, words):
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{header}true\n")
+    env = base_env(tmp_path, spool)
+    wrapped = run_wrapper([*args, str(script)], env)
+    direct = run_stub([*args, str(script)], env)
+    assert wrapped.returncode == direct.returncode == 0
+    assert parse_job_id(wrapped.stdout) is not None and direct.stderr == b""
+    [line] = warning_lines(wrapped.stderr)
+    assert wrapped.stderr == line + b"\n" and words in line and (b"submitted" in line or b"ignores" in line)
+    [record] = records(spool)
+    assert record["argv"] == [*args, str(script)]
+
+
+def test_a_known_class_in_any_spelling_does_not_warn(tmp_path, spool):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#ASRPT class=ResNet-50\ntrue\n")
+    result = run_wrapper(["--comment", "asrpt:class=BERT,dp=2", str(script)], base_env(tmp_path, spool))
+    assert result.returncode == 0 and result.stderr == b""
+
+
+def test_the_wrappers_class_list_is_the_packaged_speed_tables():
+    from asrpt.core.speed import default_speed_table
+    from asrpt.submit_wrapper.directives import KNOWN_WORKLOAD_CLASSES
+
+    assert tuple(default_speed_table().workload_classes) == KNOWN_WORKLOAD_CLASSES

@@ -11,6 +11,7 @@ from asrpt.core.policies.base import Policy
 from asrpt.core.policies.baselines import (
     FifoPolicy,
     MultifactorPolicy,
+    OrderedPolicy,
     QssfPolicy,
     SjfOraclePolicy,
     SpwfPolicy,
@@ -45,13 +46,25 @@ POLICIES: dict[str, Callable[[SpeedTable, ASRPTOptions], Policy]] = {
 }
 
 
-def make_policy(name: str, speed: SpeedTable, options: ASRPTOptions | None = None) -> Policy:
-    """The policy called ``name``; A-SRPT variants take ``options`` (defaults otherwise)."""
+def make_policy(name: str, speed: SpeedTable, options: ASRPTOptions | None = None, *,
+                baseline_comm_heavy_hold: bool = False) -> Policy:
+    """The policy called ``name``; A-SRPT variants take ``options`` (defaults otherwise).
+
+    ``baseline_comm_heavy_hold`` gives a baseline A-SRPT's communication-heavy hold (the
+    ratio and tau of ``options.dispatch``; its own mode stays): the same placement options
+    for every policy. Off by default, because Slurm never holds a job back for a better
+    placement, and with allocation shapes only a spread (``--gpus``) job can be split at all.
+    """
     try:
         factory = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None
-    return factory(speed, options if options is not None else ASRPTOptions())
+    opts = options if options is not None else ASRPTOptions()
+    policy = factory(speed, opts)
+    if baseline_comm_heavy_hold and isinstance(policy, OrderedPolicy):
+        policy.options = replace(policy.options, comm_heavy_ratio=opts.dispatch.comm_heavy_ratio,
+                                 comm_heavy_tau=opts.dispatch.comm_heavy_tau)
+    return policy
 
 
 __all__ = ["POLICIES", "ASRPTOptions", "ASRPTPolicy", "DispatchOptions", "Policy", "make_policy"]

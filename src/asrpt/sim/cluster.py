@@ -40,6 +40,8 @@ class JobRecord:
     service_s: float = 0.0
     #: Partition of each run, in order.
     partitions: list[str] = field(default_factory=list)
+    #: Distinct nodes of the first run (whoever started it: the policy or Slurm on its own).
+    first_nodes: int | None = None
 
 
 class SimCluster:
@@ -86,7 +88,8 @@ class SimCluster:
                 raise Oversubscribed(f"running job {job.job_id} does not fit on {name}")
             self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
         self._node_tuple = None
-        self.records[job.job_id] = JobRecord(job, first_start_s=running.start_time_s, partitions=[running.placement.partition])
+        self.records[job.job_id] = JobRecord(job, first_start_s=running.start_time_s, partitions=[running.placement.partition],
+                                             first_nodes=len(running.placement.node_counts))
         self.running[job.job_id] = running
         self._running_tuple = None
         end_s = self.now_s + max(remaining_iterations, 0.0) * running.placement.iteration_time_s
@@ -176,6 +179,7 @@ class SimCluster:
         record = self.records[job.job_id]
         if record.first_start_s is None:
             record.first_start_s = self.now_s
+            record.first_nodes = len(placement.node_counts)
         record.partitions.append(placement.partition)
         true_n = job.true_iterations if job.true_iterations is not None else 0.0
         heapq.heappush(self._ends, (self.now_s + true_n * placement.iteration_time_s, job.job_id, self.now_s))

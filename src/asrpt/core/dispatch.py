@@ -448,10 +448,10 @@ def dispatch(
     tuples, the same jobs at the front of the queue and before anything it depended on
     expires (a hold's deadline, the reservation's first expected end), it gives the same
     answer without walking. A simulator asks at every arrival, and an arrival that joins the
-    back of a long queue changes nothing.
+    back of a long queue changes nothing. One walk is kept per ``options`` object, so two
+    callers that alternate (a policy and the simulator's Slurm model) keep theirs.
     """
-    global _last_walk
-    memo = _last_walk
+    memo = _last_walks.get(id(options))
     queue = iter(queue)
     if memo is not None and now_s < memo.valid_until_s and memo.same_inputs(snapshot, options, speed, runtime_s):
         pulled: list[Job] = []
@@ -473,10 +473,13 @@ def dispatch(
         queue, snapshot, now_s, speed=speed, options=options, runtime_s=runtime_s,
         alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s,
     )
-    _last_walk = None
+    _last_walks.pop(id(options), None)
     if not result.starts:
-        _last_walk = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
-                           tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
+        if len(_last_walks) >= _WALKS_KEPT:
+            _last_walks.clear()
+        # The entry holds ``options``, so its id cannot be reused while it is kept.
+        _last_walks[id(options)] = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
+                                         tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
     return result
 
 
@@ -516,7 +519,9 @@ class _Walk:
         return again
 
 
-_last_walk: _Walk | None = None
+#: The last walk that started nothing, per ``id(options)`` (at most ``_WALKS_KEPT``).
+_last_walks: dict[int, _Walk] = {}
+_WALKS_KEPT = 4
 
 
 def _walk(

@@ -10,6 +10,7 @@ oversubscribed (starts of one decision together), and for a shaped request ``n x
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from asrpt.core.model import DERIVED, SPREAD, Job, Node, ParallelConfig, Partiti
 from asrpt.core.placement import alpha_min_s, best_placement
 from asrpt.core.policies import POLICIES, make_policy
 from asrpt.core.speed import default_speed_table
+from asrpt.sim.cluster import SimCluster
 from asrpt.sim.engine import simulate
 from asrpt.sim.metrics import policy_metrics
 from asrpt.sim.predictors import GroupHistoryPredictions
@@ -97,6 +99,7 @@ class Checked:
 
     def __init__(self, inner) -> None:
         self.inner, self.name, self.starts = inner, inner.name, 0
+        self.speed = inner.speed  # places the jobs the simulated Slurm starts on its own
 
     def new_state(self):
         return self.inner.new_state()
@@ -129,9 +132,21 @@ def test_every_start_of_every_policy_has_the_jobs_shape(data, policy_name):
     if not jobs:
         return
     policy = Checked(make_policy(policy_name, SPEED))
-    result = simulate(jobs, partitions, nodes, policy, GroupHistoryPredictions())
+    by_id = {j.job_id: j for j in jobs}
+    filled = []
+    plain_apply = SimCluster.apply
+
+    def checked_apply(cluster, decision):
+        """The jobs Slurm starts on its own (sim/slurmctld.py) must have their shape too."""
+        plain_apply(cluster, decision)
+        for placement in cluster.last_fills:
+            check_shape(by_id[placement.job_id], placement, partitions, nodes)
+            filled.append(placement.job_id)
+
+    with mock.patch.object(SimCluster, "apply", checked_apply):
+        result = simulate(jobs, partitions, nodes, policy, GroupHistoryPredictions())
     policy_metrics(result)  # every job ends: a shape that fits an empty cluster is always found
-    assert policy.starts >= len(jobs)
+    assert policy.starts + len(filled) >= len(jobs)
     for job in jobs:
         record = result.records[job.job_id]
         ideal_s = job.true_iterations * alpha_min_s(job, partitions, nodes, SPEED)

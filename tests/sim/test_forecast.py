@@ -16,6 +16,7 @@ class _Recorder:
 
     def __init__(self, inner, at_s):
         self.inner, self.at_s, self.name, self.captured = inner, at_s, inner.name, None
+        self.speed = inner.speed
 
     def new_state(self):
         return self.inner.new_state()

@@ -122,3 +122,22 @@ def test_simulate_forecast_adds_the_block_and_the_column(tmp_path, capsys) -> No
         assert block["median_abs_start_error_s"] >= 0 and block["median_abs_end_error_s"] >= 0
     table = capsys.readouterr().out
     assert "ETA err start/end s" in table
+
+
+def test_simulate_no_slurm_fill_replays_the_idealised_cluster(tmp_path) -> None:
+    """``--no-slurm-fill`` is recorded and changes the replay of a gating policy: with the Slurm
+    model jobs A-SRPT has not released yet start as soon as they fit."""
+    from asrpt.cli.main import main
+
+    reports = {}
+    for flag in ([], ["--no-slurm-fill"]):
+        out = tmp_path / f"report{len(flag)}.json"
+        code = main([
+            "simulate", "--trace", "src/asrpt/data/traces/pai_slice.csv", "--format", "pai", "--cluster", "pai",
+            "--policy", "asrpt", "--limit", "60", "--json", str(out), "--no-progress", *flag,
+        ])
+        assert code == 0
+        reports[bool(flag)] = json.loads(out.read_text())
+    assert reports[False]["slurm_fills"] is True and reports[True]["slurm_fills"] is False
+    filled, ideal = (reports[k]["policies"]["asrpt"]["total_jct_s"] for k in (False, True))
+    assert filled != ideal

@@ -58,7 +58,7 @@ def test_simulator_and_daemon_cycle_decide_the_same(tmp_path):
     url = f"sqlite:///{tmp_path}/parity.db"
     upgrade(url)
     repository = HistoryRepository.from_url(url)
-    backend = FakeSlurm(cluster.partitions, cluster.nodes)
+    backend = FakeSlurm(cluster.partitions, cluster.nodes, speed=speed)
     clock = ManualClock()
     daemon = Daemon(config, repository=repository, backend=backend, clock=clock, speed=speed)
     # The daemon's predictor predicts perfectly here, as the simulator's oracle does.
@@ -79,6 +79,7 @@ def test_simulator_and_daemon_cycle_decide_the_same(tmp_path):
             next_arrival += 1
         decision = daemon.cycle()
         events.extend((t_s, p.job_id, f"start {p.partition} {','.join(p.worker_nodes)}") for p in decision.starts)
+        events.extend((t_s, p.job_id, f"start {p.partition} {','.join(p.worker_nodes)}") for p in backend.last_fills)
         wake_s = decision.wake_at_s if decision.wake_at_s is not None and decision.wake_at_s > t_s else math.inf
     assert events == simulated.events
     assert len([e for e in events if e[2] == "end"]) == len(jobs)

@@ -105,6 +105,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             "with what happened"
         ),
     )
+    parser.add_argument(
+        "--no-slurm-fill",
+        dest="slurm_fills",
+        action="store_false",
+        help="the idealised cluster: start exactly the policy's starts, not also what Slurm's own scheduler "
+        "and backfill would start from the priorities written (the default models them)",
+    )
     parser.add_argument("--forecast-samples", type=int, default=200, metavar="N", help="jobs forecast per policy with --forecast (default 200)")
 
 
@@ -158,6 +165,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         ),
         progress=not args.no_progress,
         forecast_samples=args.forecast_samples if args.forecast else 0,
+        slurm_fills=args.slurm_fills,
         baseline_comm_heavy_hold=args.baseline_comm_heavy_hold,
         job_rows=args.jobs is not None,
     )
@@ -207,6 +215,7 @@ def compare(
     options: Any,
     progress: bool,
     forecast_samples: int = 0,
+    slurm_fills: bool = True,
     baseline_comm_heavy_hold: bool = False,
     job_rows: bool = False,
 ) -> Comparison:
@@ -216,6 +225,8 @@ def compare(
     forecasts made at the submission of that many sampled jobs (``asrpt.sim.forecast_accuracy``);
     ``wall_s`` then excludes the time spent forecasting. ``job_rows`` also collects one row per
     job, policy and seed (``Comparison.job_rows``); it cannot be combined with forecasts.
+    ``slurm_fills=False`` replays on the idealised cluster that starts only the policies'
+    starts (``SimCluster``).
     """
     if job_rows and forecast_samples > 0:
         raise ValueError("job_rows and forecast_samples cannot be combined")
@@ -267,6 +278,7 @@ def compare(
                     samples=forecast_samples,
                     seed=seed,
                     progress=bar.update if bar else None,
+                    slurm_fills=slurm_fills,
                 )
             else:
                 outcome = simulate(
@@ -276,6 +288,7 @@ def compare(
                     policy,
                     make_predictions(predictor, seed=seed),
                     progress=bar.update if bar else None,
+                    slurm_fills=slurm_fills,
                 )
             if bar:
                 bar.close()
@@ -299,6 +312,7 @@ def compare(
         "format": fmt,
         "cluster": cluster_name,
         "predictor": predictor,
+        "slurm_fills": slurm_fills,
         "jobs": first["jobs"],
         "trace_rows_skipped": read.skipped,
         "workload_skipped": first["skipped"],

@@ -31,9 +31,12 @@ RuntimeEstimate = Callable[[Job, float], float]
 class DispatchOptions:
     """Rules the dispatcher applies to the queue it is given.
 
-    ``strict``: the first job that does not fit blocks everything behind it (the A-SRPT paper's
-    analysed algorithm). ``backfill``: the first blocked job gets a reservation at the earliest
-    time it fits by predicted runtimes, and later jobs start only when they do not delay it.
+    ``strict``: a job that does not fit blocks every later job on the partitions it could use
+    (the A-SRPT paper's head-of-line rule, per partition as Slurm's main scheduler blocks them:
+    a queue for a100 does not stop a free t4 partition); a later job that may also use an
+    unblocked partition is tried there. ``backfill``: the first blocked job gets a reservation
+    at the earliest time it fits by predicted runtimes, and later jobs start only when they do
+    not delay it.
     ``greedy``: any job that fits starts (list scheduling, no reservation).
     """
 
@@ -42,8 +45,8 @@ class DispatchOptions:
     comm_heavy_ratio: float = 1.5
     #: A communication-heavy job waits at most tau x its ideal runtime for a better placement.
     comm_heavy_tau: float = 0.1
-    #: Jobs examined behind the first blocked one per cycle (backfill and greedy), like
-    #: Slurm's ``bf_max_job_test``: bounds the cost of a cycle on a very long queue.
+    #: Jobs examined behind the first blocked one per cycle (every mode), like Slurm's
+    #: ``bf_max_job_test``: bounds the cost of a cycle on a very long queue.
     backfill_depth: int = 100
 
     def __post_init__(self) -> None:
@@ -445,10 +448,10 @@ def dispatch(
     tuples, the same jobs at the front of the queue and before anything it depended on
     expires (a hold's deadline, the reservation's first expected end), it gives the same
     answer without walking. A simulator asks at every arrival, and an arrival that joins the
-    back of a long queue changes nothing.
+    back of a long queue changes nothing. One walk is kept per ``options`` object, so two
+    callers that alternate (a policy and the simulator's Slurm model) keep theirs.
     """
-    global _last_walk
-    memo = _last_walk
+    memo = _last_walks.get(id(options))
     queue = iter(queue)
     if memo is not None and now_s < memo.valid_until_s and memo.same_inputs(snapshot, options, speed, runtime_s):
         pulled: list[Job] = []
@@ -470,10 +473,13 @@ def dispatch(
         queue, snapshot, now_s, speed=speed, options=options, runtime_s=runtime_s,
         alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s,
     )
-    _last_walk = None
+    _last_walks.pop(id(options), None)
     if not result.starts:
-        _last_walk = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
-                           tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
+        if len(_last_walks) >= _WALKS_KEPT:
+            _last_walks.clear()
+        # The entry holds ``options``, so its id cannot be reused while it is kept.
+        _last_walks[id(options)] = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
+                                         tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
     return result
 
 
@@ -513,7 +519,9 @@ class _Walk:
         return again
 
 
-_last_walk: _Walk | None = None
+#: The last walk that started nothing, per ``id(options)`` (at most ``_WALKS_KEPT``).
+_last_walks: dict[int, _Walk] = {}
+_WALKS_KEPT = 4
 
 
 def _walk(
@@ -542,9 +550,14 @@ def _walk(
     examined: list[Job] = []
     valid_until_s = math.inf
     stopped_early = False
+    strict = options.mode == "strict"
+    #: strict: partitions some job that could not start could use; a later job that could use
+    #: one of them waits behind it (Slurm's main scheduler blocks partitions, not the queue).
+    blocked_partitions: set[str] = set()
+    every_partition = len(snapshot.partitions)
     for position, job in enumerate(queue):
         if blocked_head is not None:
-            if options.mode == "strict" or examined_behind_head >= options.backfill_depth:
+            if examined_behind_head >= options.backfill_depth:
                 stopped_early = True
                 break  # everything further back waits; `asrpt explain` derives that from the order
             examined_behind_head += 1
@@ -552,10 +565,23 @@ def _walk(
             stopped_early = True
             break  # nothing more can start this cycle
         examined.append(job)
+        if blocked_partitions:
+            # Like a job Slurm queues in several partitions: tried only where nothing ahead waits.
+            usable = free.allowed_names(snapshot.partitions, job)
+            if not blocked_partitions.isdisjoint(usable):
+                open_names = tuple(name for name in usable if name not in blocked_partitions)
+                if not open_names:
+                    continue
+                job = replace(job, allowed_partitions=open_names)
         if not free.fits(snapshot.partitions, job):
             result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
             if blocked_head is None:
                 blocked_head = job
+            if strict:
+                blocked_partitions.update(free.allowed_names(snapshot.partitions, job))
+                if len(blocked_partitions) >= every_partition:
+                    stopped_early = True
+                    break  # every partition waits for a job ahead
             continue
         if (
             blocked_head is not None
@@ -588,6 +614,11 @@ def _walk(
                 result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
                 if blocked_head is None:
                     blocked_head = job
+                if strict:
+                    blocked_partitions.update(free.allowed_names(snapshot.partitions, job))
+                    if len(blocked_partitions) >= every_partition:
+                        stopped_early = True
+                        break
             continue
         ideal_s = alpha_min_s(job)
         ratio = placement.iteration_time_s / ideal_s if ideal_s > 0 else 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterator, Mapping, Sequence, overload
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, overload
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelConfig:
@@ -348,15 +348,16 @@ class StaleOrder(RuntimeError):
 class LazyOrder(Sequence[str]):
     """A decision's order, built only when read.
 
-    The simulator never reads the order (it starts what the decision says); sorting thousands
-    of pending jobs at every event would dominate a replay. ``is_current`` says whether the
+    The simulator reads the order only when Slurm's own scheduler could start something (and
+    then only a prefix, through ``stream``); sorting thousands of pending jobs at every event
+    would dominate a replay. ``is_current`` says whether the
     state ``build`` reads is still the one decided on; reading later raises ``StaleOrder``.
     """
 
     __slots__ = ("_build", "_is_current", "_built")
 
-    def __init__(self, build: Callable[[], tuple[str, ...]], is_current: Callable[[], bool]) -> None:
-        self._build: Callable[[], tuple[str, ...]] | None = build
+    def __init__(self, build: Callable[[], Iterable[str]], is_current: Callable[[], bool]) -> None:
+        self._build: Callable[[], Iterable[str]] | None = build
         self._is_current = is_current
         self._built: tuple[str, ...] = ()
 
@@ -364,9 +365,19 @@ class LazyOrder(Sequence[str]):
         if self._build is not None:
             if not self._is_current():
                 raise StaleOrder("read a decision's order before the policy decides again")
-            self._built = self._build()
+            self._built = tuple(self._build())
             self._build = None
         return self._built
+
+    def stream(self) -> Iterator[str]:
+        """The ids in order, produced only as far as they are read (the simulator's Slurm
+        model reads a prefix at many events); read it to the end before the policy decides
+        again, as the whole order."""
+        if self._build is None:
+            return iter(self._built)
+        if not self._is_current():
+            raise StaleOrder("read a decision's order before the policy decides again")
+        return iter(self._build())
 
     def __len__(self) -> int:
         return len(self._ids())
@@ -396,8 +407,9 @@ class LazyOrder(Sequence[str]):
 class Decision:
     """What a policy wants done now.
 
-    The simulator starts ``starts`` at once; the daemon turns them into Slurm priorities,
-    node lists and holds and lets slurmctld start them.
+    The daemon turns it into Slurm priorities (starts first), node lists and holds and lets
+    slurmctld start the starts, and whatever else its own scheduler finds room for; the
+    simulator does the same (``SimCluster``, ``asrpt.sim.slurmctld``).
     """
 
     #: Pending job ids, most urgent first (becomes Slurm priority order); a ``LazyOrder``

@@ -26,11 +26,31 @@ def id_sort_key(job_id: str) -> tuple[int, int, str]:
     return (1, 0, job_id)
 
 
+def tie_rounded(value: float) -> float:
+    """``value`` rounded to a relative 2**-30 (about 1e-9), for keys that rank jobs by size.
+
+    Iterations are derived as duration / alpha (a trace gives durations), so two jobs of the
+    same duration come back as 25.0 s and 24.999999999999996 s, and the later one would go
+    first. Rounded, such sizes tie and the tie goes by arrival. Sizes closer than 1e-9 are not
+    a difference a schedule should act on; one ulp still lands across a rounding boundary about
+    once in 4 million pairs, which the tie-break then decides.
+    """
+    if value == 0.0 or not math.isfinite(value):
+        return value
+    mantissa, exponent = math.frexp(value)
+    return math.ldexp(round(mantissa * _TIE_SCALE), exponent - _TIE_BITS)
+
+
+_TIE_BITS = 30
+_TIE_SCALE = float(1 << _TIE_BITS)
+
+
 def virtual_size_s(accelerators: int, iterations: float, alpha_min_s: float, capacity: int) -> float:
-    """A job's length on the virtual machine: (g / G) * n * alpha_min."""
+    """A job's length on the virtual machine: (g / G) * n * alpha_min, tie-rounded so that equal
+    durations tie (and go by release) instead of being ordered by float noise."""
     if capacity <= 0:
         raise ValueError(f"virtual machine capacity must be positive, got {capacity}")
-    return (accelerators / capacity) * max(iterations, 0.0) * alpha_min_s
+    return tie_rounded((accelerators / capacity) * max(iterations, 0.0) * alpha_min_s)
 
 
 # A heap entry is a list [remaining_s, release_s, tie, job_id, valid] so that heap operations

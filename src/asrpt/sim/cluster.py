@@ -1,10 +1,16 @@
 """``SimCluster``: a backend that does with a decision what slurmctld would, in simulated time.
 
-The policy decides which jobs start where; Slurm would then start exactly those (the daemon
-pins them with priorities, node lists and holds). So this backend starts ``decision.starts``
-on their placements at once, ignores holds (a held job simply is not started), and requeues
-preempted jobs with the iterations they have left. A job's true end is its start plus its
-true iterations times the per-iteration time of its placement.
+The daemon pins the decision's starts (node lists, the highest priorities) and holds its
+holds; Slurm starts the starts at once. So does this backend, on their placements. Then,
+with ``slurm_fills`` (the default), it does what Slurm's own main scheduler and backfill would
+do with the priorities written: start any other pending, not held job that fits, in the
+decision's order (jobs missing from it after, by submit time then id), EASY backfill on time
+limits (:mod:`asrpt.sim.slurmctld`). A policy's effect in simulation is then the effect its
+writes have on Slurm: a job it declines to start without holding it runs anyway if it fits.
+``slurm_fills=False`` is the idealised model in which exactly ``decision.starts`` run.
+
+Preempted jobs are requeued with the iterations they have left. A job's true end is its start
+plus its true iterations times the per-iteration time of its placement.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import heapq
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from asrpt.core.model import ChangeLog, ClusterSnapshot, Decision, Job, Node, Partition, PendingJobs, RunningJob
+from asrpt.core.model import ChangeLog, ClusterSnapshot, Decision, Job, Node, Partition, PendingJobs, Placement, RunningJob
+from asrpt.core.speed import SpeedTable, default_speed_table
+from asrpt.sim.slurmctld import SlurmScheduler
 
 
 class Oversubscribed(RuntimeError):
@@ -32,11 +40,21 @@ class JobRecord:
     service_s: float = 0.0
     #: Partition of each run, in order.
     partitions: list[str] = field(default_factory=list)
+    #: Distinct nodes of the first run (whoever started it: the policy or Slurm on its own).
+    first_nodes: int | None = None
 
 
 class SimCluster:
-    def __init__(self, partitions: Sequence[Partition], nodes: Sequence[Node]) -> None:
+    def __init__(self, partitions: Sequence[Partition], nodes: Sequence[Node], *,
+                 speed: SpeedTable | None = None, slurm_fills: bool = True) -> None:
+        """``speed`` places the jobs Slurm starts on its own (the policy's table; default
+        the built-in one); ``slurm_fills`` switches that model on (see the module doc)."""
         self.partitions = tuple(partitions)
+        self.slurm: SlurmScheduler | None = (
+            SlurmScheduler(self.partitions, speed if speed is not None else default_speed_table()) if slurm_fills else None
+        )
+        #: Jobs Slurm started on its own at the last ``apply`` (beyond the decision's starts).
+        self.last_fills: list[Placement] = []
         self._nodes: dict[str, Node] = {n.name: replace(n, accelerators_free=n.accelerators_total) for n in nodes}
         self._node_tuple: tuple[Node, ...] | None = None
         self.now_s = 0.0
@@ -56,6 +74,8 @@ class SimCluster:
         self.records[job.job_id] = JobRecord(job)
         self.pending[job.job_id] = job
         self._log.ids.append(job.job_id)
+        if self.slurm is not None:
+            self.slurm.added(job)
 
     def adopt_running(self, running: RunningJob, remaining_iterations: float) -> None:
         """Take over a job that is already running (a forecast starts from the present)."""
@@ -68,7 +88,8 @@ class SimCluster:
                 raise Oversubscribed(f"running job {job.job_id} does not fit on {name}")
             self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
         self._node_tuple = None
-        self.records[job.job_id] = JobRecord(job, first_start_s=running.start_time_s, partitions=[running.placement.partition])
+        self.records[job.job_id] = JobRecord(job, first_start_s=running.start_time_s, partitions=[running.placement.partition],
+                                             first_nodes=len(running.placement.node_counts))
         self.running[job.job_id] = running
         self._running_tuple = None
         end_s = self.now_s + max(remaining_iterations, 0.0) * running.placement.iteration_time_s
@@ -114,36 +135,55 @@ class SimCluster:
         for job_id in decision.preempts:
             self._preempt(job_id)
         for placement in decision.starts:
-            job = self.pending.get(placement.job_id)
-            if job is None:
-                raise ValueError(f"decision starts {placement.job_id}, which is not pending")
-            if len(placement.worker_nodes) != job.accelerators:
-                raise Oversubscribed(
-                    f"job {job.job_id} needs {job.accelerators} accelerators, placement gives "
-                    f"{len(placement.worker_nodes)} (gang scheduling violated)"
-                )
-            for name, count in placement.node_counts.items():
-                node = self._nodes[name]
-                if node.partition != placement.partition or count > node.accelerators_free:
-                    raise Oversubscribed(
-                        f"job {job.job_id} wants {count} on {name} ({node.partition}) with "
-                        f"{node.accelerators_free} free"
-                    )
-                self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
-            self._node_tuple = None
-            del self.pending[job.job_id]
-            self._log.ids.append(job.job_id)
-            running = RunningJob(job=job, placement=placement, start_time_s=self.now_s)
-            self.running[job.job_id] = running
-            self._running_tuple = None
-            record = self.records[job.job_id]
-            if record.first_start_s is None:
-                record.first_start_s = self.now_s
-            record.partitions.append(placement.partition)
-            true_n = job.true_iterations if job.true_iterations is not None else 0.0
-            heapq.heappush(self._ends, (self.now_s + true_n * placement.iteration_time_s, job.job_id, self.now_s))
+            self._start(placement)
+        self.last_fills = []
+        slurm = self.slurm
+        if slurm is None or not self.pending:
+            return
+        held = {j for j in decision.holds if j in self.pending}
+        if self._node_tuple is None:
+            self._node_tuple = tuple(self._nodes.values())
+        if not slurm.could_start(self._node_tuple, (self.pending[j] for j in held)):
+            return  # nothing could fit: the priority order need not even be built
+        fills = slurm.starts(self.snapshot(), self.now_s, decision.order, self.pending, held)
+        for placement in fills:
+            self._start(placement)
+        self.last_fills = fills
 
     # -- internals ---------------------------------------------------------------------------
+    def _start(self, placement: Placement) -> None:
+        job = self.pending.get(placement.job_id)
+        if job is None:
+            raise ValueError(f"decision starts {placement.job_id}, which is not pending")
+        if len(placement.worker_nodes) != job.accelerators:
+            raise Oversubscribed(
+                f"job {job.job_id} needs {job.accelerators} accelerators, placement gives "
+                f"{len(placement.worker_nodes)} (gang scheduling violated)"
+            )
+        for name, count in placement.node_counts.items():
+            node = self._nodes[name]
+            if node.partition != placement.partition or count > node.accelerators_free:
+                raise Oversubscribed(
+                    f"job {job.job_id} wants {count} on {name} ({node.partition}) with "
+                    f"{node.accelerators_free} free"
+                )
+            self._nodes[name] = replace(node, accelerators_free=node.accelerators_free - count)
+        self._node_tuple = None
+        del self.pending[job.job_id]
+        self._log.ids.append(job.job_id)
+        if self.slurm is not None:
+            self.slurm.removed(job)
+        running = RunningJob(job=job, placement=placement, start_time_s=self.now_s)
+        self.running[job.job_id] = running
+        self._running_tuple = None
+        record = self.records[job.job_id]
+        if record.first_start_s is None:
+            record.first_start_s = self.now_s
+            record.first_nodes = len(placement.node_counts)
+        record.partitions.append(placement.partition)
+        true_n = job.true_iterations if job.true_iterations is not None else 0.0
+        heapq.heappush(self._ends, (self.now_s + true_n * placement.iteration_time_s, job.job_id, self.now_s))
+
     def _release(self, running: RunningJob) -> None:
         for name, count in running.placement.node_counts.items():
             node = self._nodes[name]
@@ -168,3 +208,5 @@ class SimCluster:
         record.service_s += ran_s * job.accelerators
         self.pending[job_id] = replace(job, true_iterations=left_n, predicted_iterations=predicted)
         self._log.ids.append(job_id)
+        if self.slurm is not None:
+            self.slurm.added(self.pending[job_id])

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from asrpt.core.model import Job, Node, Partition, RunningJob
 from asrpt.core.policies.base import Policy, PolicyState
+from asrpt.core.speed import SpeedTable
 from asrpt.loop import SchedulingLoop
 from asrpt.sim.cluster import JobRecord, SimCluster
 from asrpt.sim.predictors import SimPredictions
@@ -48,15 +49,24 @@ def simulate(
     start_s: float | None = None,
     running: Sequence[tuple[RunningJob, float]] = (),
     state: PolicyState | None = None,
+    slurm_fills: bool = True,
+    speed: SpeedTable | None = None,
 ) -> SimResult:
     """Replay ``jobs`` (with true iterations) under ``policy``; every job ends exactly once.
 
     A forecast starts from the present instead of an empty cluster: ``start_s`` is now,
     ``running`` the jobs already running with the iterations each has left, ``state`` a copy
-    of the policy state the live scheduler holds.
+    of the policy state the live scheduler holds. ``slurm_fills``: Slurm's own scheduler
+    starts what the policy leaves startable (see ``SimCluster``); off, exactly the decisions'
+    starts run (the idealised model). ``speed`` places Slurm's own starts: by default the
+    policy's table (``policy.speed``), since Slurm's jobs run as fast as the policy's would.
     """
     arrivals = sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id))
-    cluster = SimCluster(partitions, nodes)
+    if speed is None:
+        speed = getattr(policy, "speed", None)
+    if slurm_fills and speed is None:
+        raise ValueError(f"{policy.name}: the Slurm model needs a speed table (policy.speed or speed=)")
+    cluster = SimCluster(partitions, nodes, speed=speed, slurm_fills=slurm_fills)
     first_s = arrivals[0].submit_time_s if arrivals else 0.0
     clock = SimClock(first_s if start_s is None else start_s)
     cluster.now_s = clock.t_s
@@ -92,6 +102,7 @@ def simulate(
         result.decisions += 1
         if keep_events:
             result.events.extend((t_s, p.job_id, f"start {p.partition} {','.join(p.worker_nodes)}") for p in decision.starts)
+            result.events.extend((t_s, p.job_id, f"start {p.partition} {','.join(p.worker_nodes)}") for p in cluster.last_fills)
             result.events.extend((t_s, j, "preempt") for j in decision.preempts)
         wake_s = decision.wake_at_s if decision.wake_at_s is not None and decision.wake_at_s > t_s else math.inf
         if progress is not None and done:

@@ -217,6 +217,7 @@ def measure_forecasts(
     seed: int = 0,
     belief: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    slurm_fills: bool = True,
 ) -> tuple[SimResult, ForecastAccuracy]:
     """Replay ``jobs`` under ``policy`` while forecasting a seeded sample of them at submission.
 
@@ -224,5 +225,5 @@ def measure_forecasts(
     the forecast errors.
     """
     sampler = ForecastSampler(policy, sample_job_ids(jobs, samples, seed), speed, belief or belief_for(policy.name))
-    result = simulate(jobs, partitions, nodes, sampler, predictions, progress=progress)
+    result = simulate(jobs, partitions, nodes, sampler, predictions, progress=progress, slurm_fills=slurm_fills)
     return result, compare_with_outcome(sampler, result)

@@ -64,7 +64,9 @@ def job_rows(result: SimResult, nodes_first_run: dict[str, int], *, seed: int) -
         job = record.job
         if record.first_start_s is None or record.end_s is None or not record.partitions:
             raise ValueError(f"{result.policy}: job {job.job_id} has no complete run (start {record.first_start_s}, end {record.end_s})")
-        if job.job_id not in nodes_first_run:
+        # The record knows every first run, also those Slurm started on its own (sim/slurmctld.py).
+        first_nodes = record.first_nodes if record.first_nodes is not None else nodes_first_run.get(job.job_id)
+        if first_nodes is None:
             raise ValueError(f"{result.policy}: no placement was recorded for job {job.job_id}; wrap the policy in FirstPlacementRecorder")
         rows.append({
             "policy": result.policy,
@@ -76,7 +78,7 @@ def job_rows(result: SimResult, nodes_first_run: dict[str, int], *, seed: int) -
             "wait_s": record.first_start_s - job.submit_time_s,
             "jct_s": record.end_s - job.submit_time_s,
             "partition": record.partitions[0],
-            "nodes": nodes_first_run[job.job_id],
+            "nodes": first_nodes,
             "accelerators": job.accelerators,
             "preemptions": record.preemptions,
         })

@@ -35,8 +35,9 @@ showed in the last snapshot (patched with this backend's own successful writes),
 only the difference, one ``scontrol update`` per job carrying all its changed fields:
 
 * **priority**: Slurm's priority/basic numbers new jobs 4294901759, 4294901758, ... in
-  submit order, and keeps a priority set by scontrol. asrpt writes the decision's order
-  *above* that range (``priority_floor`` .. ``priority_ceiling``, at most 4294967293, the
+  submit order, and keeps a priority set by scontrol. asrpt writes the decision's order,
+  its starts first (so that nothing outranks a start Slurm should make at once; the
+  simulator's Slurm model, :mod:`asrpt.sim.slurmctld`, assumes the same), *above* that range (``priority_floor`` .. ``priority_ceiling``, at most 4294967293, the
   largest value Slurm accepts), so a job submitted between two cycles ranks below every job
   asrpt has ordered until the next cycle orders it too. Values are spaced ``priority_gap``
   apart and a new order keeps the longest run of jobs whose current values are already in
@@ -68,6 +69,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from asrpt.core.model import (
     SPREAD,
@@ -809,9 +811,10 @@ class SlurmCliBackend:
                 want.req_nodes = ""  # no longer a start (or held, or BadConstraints): unpin
                 want.flags.discard("pin")
 
-        # Priorities for the jobs that will be pending and not held after this apply.
+        # Priorities for the jobs that will be pending and not held after this apply: the
+        # starts first (pinned, so that Slurm starts them at once), then the decision's order.
         order = [
-            jid for jid in dict.fromkeys(decision.order)
+            jid for jid in dict.fromkeys(chain(starts, decision.order))
             if jid in pending and jid not in held_wanted
             and (not pending[jid].is_held or wants[jid].release)
         ]

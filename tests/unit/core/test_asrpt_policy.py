@@ -65,6 +65,7 @@ class RestartingPolicy:
     def __init__(self, inner):
         self.inner = inner
         self.name = inner.name
+        self.speed = inner.speed
 
     def new_state(self):
         return self.inner.new_state()

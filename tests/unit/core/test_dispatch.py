@@ -147,3 +147,71 @@ def test_invalid_options_name_the_valid_ones():
         DispatchOptions(mode="fast")
     with pytest.raises(ValueError, match="comm_heavy_ratio"):
         DispatchOptions(comm_heavy_ratio=0.5)
+
+
+def _two_partition_snapshot():
+    """Partitions a and b, one 1-accelerator node each; a's is busy, b's is free."""
+    a, b = Partition(name="a", accelerator="gpu"), Partition(name="b", accelerator="gpu")
+    busy = flat_job("busy", 1, 100.0, allowed_partitions=("a",))
+    running = RunningJob(
+        job=busy,
+        placement=Placement(job_id="busy", partition="a", worker_nodes=("na",), iteration_time_s=1.0),
+        start_time_s=0.0,
+    )
+    nodes = (
+        Node(name="na", partition="a", accelerator="gpu", accelerators_total=1, accelerators_free=0),
+        Node(name="nb", partition="b", accelerator="gpu", accelerators_total=1, accelerators_free=1),
+    )
+    return ClusterSnapshot(partitions=(a, b), nodes=nodes, pending=(), running=(running,))
+
+
+@pytest.mark.parametrize(
+    "behind, starts",
+    [
+        (("b",), True),  # b is not blocked by a's head: it starts
+        (("a",), False),  # it could use only a, which the head blocks
+        (("a", "b"), True),  # tried where nothing ahead waits (b), as Slurm tries each partition
+        ((), True),  # no restriction: the same, b
+    ],
+)
+def test_strict_head_blocks_only_the_partitions_it_could_use(behind, starts):
+    queue = [flat_job("head", 1, 10.0, allowed_partitions=("a",)), flat_job("other", 1, 10.0, allowed_partitions=behind)]
+    result = run(queue, _two_partition_snapshot(), speed=flat_speed_table(), mode="strict", comm_heavy_tau=0.0)
+    assert [p.job_id for p in result.starts] == (["other"] if starts else [])
+    if starts:
+        assert result.starts[0].partition == "b"
+
+
+def test_strict_walk_stops_once_every_partition_is_blocked():
+    """After a job that could use b blocks it too (a is already blocked), nothing further
+    back is pulled from the queue: a long queue costs nothing once every partition waits."""
+    queue = [
+        flat_job("head", 1, 10.0, allowed_partitions=("a",)),
+        flat_job("wide", 2, 10.0, allowed_partitions=("b",)),  # b has one accelerator: blocks b
+        flat_job("b-job", 1, 10.0, allowed_partitions=("b",)),
+    ]
+    pulled = []
+
+    def watched():
+        for job in queue:
+            pulled.append(job.job_id)
+            yield job
+
+    result = dispatch(
+        watched(), _two_partition_snapshot(), 0.0, speed=flat_speed_table(),
+        options=DispatchOptions(mode="strict", comm_heavy_tau=0.0),
+        runtime_s=lambda job, a: 10.0, alpha_min_s=lambda job: 1.0, first_blocked_s={},
+    )
+    assert result.starts == []
+    assert pulled == ["head", "wide"]
+
+
+def test_strict_walk_behind_a_blocked_head_is_bounded_by_the_depth():
+    """Like Slurm's queue depth: only ``backfill_depth`` jobs behind the first blocked one are
+    looked at, so a b-job further back waits for a later cycle."""
+    queue = [flat_job("head", 1, 10.0, allowed_partitions=("a",))]
+    queue += [flat_job(f"a{i}", 1, 10.0, allowed_partitions=("a",)) for i in range(3)]
+    queue.append(flat_job("b-job", 1, 10.0, allowed_partitions=("b",)))
+    shallow = run(queue, _two_partition_snapshot(), speed=flat_speed_table(), mode="strict", comm_heavy_tau=0.0, backfill_depth=3)
+    deep = run(queue, _two_partition_snapshot(), speed=flat_speed_table(), mode="strict", comm_heavy_tau=0.0, backfill_depth=4)
+    assert shallow.starts == [] and [p.job_id for p in deep.starts] == ["b-job"]

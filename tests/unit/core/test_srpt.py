@@ -106,3 +106,20 @@ def test_lower_bound_sums_flow_times():
 
 def test_id_sort_key_orders_numbers_numerically():
     assert sorted(["10", "9", "b", "a"], key=id_sort_key) == ["9", "10", "a", "b"]
+
+
+def test_tie_rounded_merges_float_noise_and_keeps_real_differences():
+    from hypothesis import given, strategies as st
+
+    from asrpt.core.srpt import tie_rounded
+
+    assert tie_rounded(25.0) == tie_rounded(24.999999999999996)
+    assert tie_rounded(0.0) == 0.0 and tie_rounded(math.inf) == math.inf
+
+    @given(st.floats(1e-6, 1e9))
+    def close_and_monotone(x):
+        assert abs(tie_rounded(x) - x) <= 1e-9 * x
+        assert tie_rounded(x) <= tie_rounded(x * (1 + 4e-9))  # never reorders real differences
+        assert tie_rounded(x) < tie_rounded(x * (1 + 4e-9)) or x * (1 + 4e-9) == x
+
+    close_and_monotone()

@@ -351,6 +351,22 @@ def test_pin_decided_start_and_clear_it_later(fake):
     assert report.pins_cleared == 1 and job["required_nodes"] == "" and job["admin_comment"] == ""
 
 
+def test_starts_get_the_highest_priorities(fake):
+    """Slurm starts the decision's starts at once only if nothing outranks them: a start that
+    a backfilling policy found behind a blocked job must not wait behind it on Slurm (the
+    simulator's Slurm model, sim/slurmctld.py, assumes the same order)."""
+    b = backend(fake)
+    snap = b.snapshot()
+    jid = fake.id("rec-pend-typed")
+    order = tuple(j for j in pending_ids(snap) if j != jid) + (jid,)
+    apply(b, Decision(order=order, starts=(start(jid, *["node2"] * 8),)))
+    by_id = {str(j["job_id"]): j["name"] for j in fake.doc["jobs"]}
+    values = {j: fake.priority(by_id[j]) for j in order}
+    assert values[jid] > max(v for j, v in values.items() if j != jid)
+    rest = [values[j] for j in order if j != jid]
+    assert rest == sorted(rest, reverse=True)  # the others keep the decision's order
+
+
 @pytest.mark.parametrize(
     ("name", "nodes", "why"),
     [

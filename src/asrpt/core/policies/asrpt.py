@@ -6,7 +6,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Iterator, Literal, Mapping
 
 from asrpt.core.dispatch import DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
@@ -14,7 +14,7 @@ from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, PendingJ
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
-from asrpt.core.srpt import VirtualSRPT, id_sort_key, virtual_size_s
+from asrpt.core.srpt import VirtualSRPT, id_sort_key, tie_rounded, virtual_size_s
 
 QueueOrder = Literal["work", "virtual_completion", "remaining"]
 QUEUE_ORDERS: tuple[str, ...] = ("work", "virtual_completion", "remaining")
@@ -172,7 +172,7 @@ class ASRPTPolicy:
                 capacity_by_partition = _capacity_by_partition(snapshot)
             pool, capacity = self._pool(job, snapshot, capacity_by_partition)
             size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
-            work_s = job.accelerators * self.iterations(job) * ideal_s
+            work_s = tie_rounded(job.accelerators * self.iterations(job) * ideal_s)  # equal sizes tie, by arrival
             if state.work_s.get(job_id) != work_s:
                 state.work_s[job_id] = work_s
                 key = state.queue_by_work.key_of(job_id)
@@ -300,17 +300,12 @@ class ASRPTPolicy:
             key=lambda j: (state.machines[state.pool_of[j]].remaining_s(j) or 0.0, id_sort_key(j)),
         )
 
-    def _order(self, state: ASRPTState) -> tuple[str, ...]:
-        """Q, then the jobs still on the virtual machine, then those that can never run."""
-        if self.options.queue_order == "work":
-            queue = tuple(self._work_order(state))
-        else:
-            queue = tuple(state.queue)
-        return (
-            queue
-            + tuple(self._still_virtual(state))
-            + tuple(sorted(state.never_fits, key=id_sort_key))
-        )
+    def _order(self, state: ASRPTState) -> Iterator[str]:
+        """Q, then the jobs still on the virtual machine, then those that can never run; each
+        part worked out only when reached (``LazyOrder.stream`` may stop early)."""
+        yield from (self._work_order(state) if self.options.queue_order == "work" else state.queue)
+        yield from self._still_virtual(state)
+        yield from sorted(state.never_fits, key=id_sort_key)
 
     def _next_dispatchable_s(self, state: ASRPTState, accelerators_free: int) -> float:
         """When the next job becomes dispatchable, if that can change anything: with no free

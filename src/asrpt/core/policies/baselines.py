@@ -15,7 +15,7 @@ from asrpt.core.keyed_queue import KeyedQueue
 from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, RunningJob, pending_by_id
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.speed import SpeedTable
-from asrpt.core.srpt import id_sort_key
+from asrpt.core.srpt import id_sort_key, tie_rounded
 
 #: No comm-heavy holds: the baselines start what fits (A-SRPT's rule is its own contribution).
 NO_HOLDS = DispatchOptions(mode="backfill", comm_heavy_tau=0.0)
@@ -170,7 +170,7 @@ class OrderedPolicy:
             state.version += 1
             version = state.version
             order = LazyOrder(
-                lambda: tuple(self._queue_ids(now_s, state)) + tuple(sorted(state.unrunnable, key=id_sort_key)),
+                lambda: chain(self._queue_ids(now_s, state), sorted(state.unrunnable, key=id_sort_key)),
                 lambda: state.version == version,
             )
         else:
@@ -256,7 +256,7 @@ class SjfOraclePolicy(OrderedPolicy):
         return (job.true_iterations or 0.0) * iteration_time_s
 
     def key(self, job, snapshot, now_s, state):
-        return (self.runtime_s(job, self.alpha_min(job, snapshot, state)), _arrival_key(job))
+        return (tie_rounded(self.runtime_s(job, self.alpha_min(job, snapshot, state))), _arrival_key(job))
 
 
 class SpwfPolicy(OrderedPolicy):
@@ -267,7 +267,7 @@ class SpwfPolicy(OrderedPolicy):
 
     def key(self, job, snapshot, now_s, state):
         n = job.predicted_iterations or 0.0
-        return (job.accelerators * n * self.alpha_min(job, snapshot, state), _arrival_key(job))
+        return (tie_rounded(job.accelerators * n * self.alpha_min(job, snapshot, state)), _arrival_key(job))
 
 
 class QssfPolicy(OrderedPolicy):

@@ -143,11 +143,10 @@ def test_dry_run_reads_and_decides_but_writes_nothing(cluster, tmp_path):
     assert {j: (_jobs(cluster)[j].priority, _jobs(cluster)[j].admin_comment) for j in waiting} == before
 
 
-def test_a_communication_heavy_job_is_held_then_released_onto_one_node(cluster, tmp_path):
-    """8-way tensor parallelism split 4+4 over two nodes is many times slower than on one node:
-    the daemon holds it in Slurm rather than start it split, and releases it, pinned to the
-    node that has become free, once it can run consolidated."""
-    # No release gating and a long hold budget, so the test does not race the virtual clock.
+def _held_tp8(cluster, tmp_path):
+    """A daemon, both a100 nodes half busy and an 8-way TP job it holds: only a split placement
+    is free, so the job is communication-heavy (no release gating, a long hold budget, so the
+    test does not race the virtual clock). Returns (daemon, fillers, tp8) after the hold."""
     daemon = _daemon(cluster, tmp_path, queue_order="remaining", comm_heavy_tau=1.0)
     fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:4", wrap="sleep 300") for node in ("node1", "node2")]
     for job_id in fillers:
@@ -155,11 +154,18 @@ def test_a_communication_heavy_job_is_held_then_released_onto_one_node(cluster, 
     tp8 = cluster.sbatch("-p", "a100", "--gpus=8", "--comment", "asrpt:tp=8,class=resnet50", wrap="sleep 5")
     daemon.repository.record_submission(SubmissionRecord(slurm_job_id=tp8, user="root", submit_time_s=0.0, source="wrapper"))
     daemon.repository.record_prediction(tp8, predicted_iterations=1e6, model_version="test", made_at_s=0.0)
-
     decision = daemon.cycle()
     assert decision is not None and tp8 in decision.holds
     assert "communication-heavy" in decision.reasons[tp8]
     cluster.wait_for("the hold", lambda: _jobs(cluster)[tp8].is_held)
+    return daemon, fillers, tp8
+
+
+def test_a_communication_heavy_job_is_held_then_released_onto_one_node(cluster, tmp_path):
+    """8-way tensor parallelism split 4+4 over two nodes is many times slower than on one node:
+    the daemon holds it in Slurm rather than start it split, and releases it, pinned to the
+    node that has become free, once it can run consolidated."""
+    daemon, fillers, tp8 = _held_tp8(cluster, tmp_path)
 
     cluster.run("scancel", fillers[1])
     cluster.wait_for("node2 to free", lambda: fillers[1] not in _jobs(cluster) or _jobs(cluster)[fillers[1]].state != "RUNNING")
@@ -190,16 +196,7 @@ def test_an_unknown_workload_class_is_scheduled_as_an_ordinary_job(cluster, tmp_
 def test_a_stopping_daemon_releases_the_jobs_it_held(cluster, tmp_path):
     """Issue 16: a job asrpt held for a consolidated placement must not stay held once asrptd
     is stopped (nothing else would ever release it)."""
-    daemon = _daemon(cluster, tmp_path, queue_order="remaining", comm_heavy_tau=1.0)
-    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:4", wrap="sleep 300") for node in ("node1", "node2")]
-    for job_id in fillers:
-        cluster.wait_state(job_id, "RUNNING")
-    tp8 = cluster.sbatch("-p", "a100", "--gpus=8", "--comment", "asrpt:tp=8,class=resnet50", wrap="sleep 5")
-    daemon.repository.record_submission(SubmissionRecord(slurm_job_id=tp8, user="root", submit_time_s=0.0, source="wrapper"))
-    daemon.repository.record_prediction(tp8, predicted_iterations=1e6, model_version="test", made_at_s=0.0)
-    decision = daemon.cycle()
-    assert decision is not None and tp8 in decision.holds
-    cluster.wait_for("the hold", lambda: _jobs(cluster)[tp8].is_held)
+    daemon, _fillers, tp8 = _held_tp8(cluster, tmp_path)
     assert daemon.release_holds() == 1
     cluster.wait_for("the release", lambda: not _jobs(cluster)[tp8].is_held)
     assert "held" not in _jobs(cluster)[tp8].admin_comment.split("asrpt")[-1].split(":")[0]

@@ -20,6 +20,13 @@ returned. The work is bounded: no subprocess, no network, no database, no waitin
 HASH_LIMIT bytes of the script are hashed and SCRIPT_TEXT_LIMIT bytes copied, and at most
 HEADER_LINE_LIMIT lines are scanned for #ASRPT directives. slurm_job_modify passes through.
 
+slurmctld holds its job lock while this runs, so a write that waits for a disk stops all of
+Slurm, and sbatch gives up after 10 s ("Socket timed out") although its job exists. Lua 5.1
+has no non-blocking or timed file I/O, so the script writes only to a memory file system
+(MEMORY_FS_ONLY) and stops writing for PAUSE_S after a slow write. A record it does not write
+is dropped: the job goes through untagged, the drop is counted in SPOOL_DIR/.status (when
+that is safe to write) and in the rate-limited log line.
+
 Works with the Lua 5.1 of Debian's job_submit_lua.so (Slurm 22.05 and 24.11) and needs only
 Lua's standard io/os/string/math libraries; written so that Lua 5.2-5.4 run it unchanged.
 Install notes: contrib/slurm/README-job_submit.md. The daemon side:
@@ -50,10 +57,22 @@ daemon hashes the text with sha256 itself, as the wrapper does.
 --]]
 
 -- ---- settings ------------------------------------------------------------------------------
--- Directory the records go to: a local file system, owned by SlurmUser (root here), mode 0700,
--- created at install time (this script cannot create directories). asrptd reads it
--- ([spool] plugin_dir). contrib/slurm/testbed/up.sh rewrites this line for its test-bed.
-local SPOOL_DIR = "/var/spool/asrpt-plugin"
+-- Directory the records go to: a memory file system (a dedicated, size-limited tmpfs), owned by
+-- SlurmUser (root here), mode 0700, created at boot (this script cannot create directories).
+-- Give the real path (no symlink in it). asrptd reads it ([spool] plugin_dir).
+-- contrib/slurm/testbed/up.sh rewrites this line for its test-bed.
+local SPOOL_DIR = "/run/asrpt-plugin"
+-- true: write only when SPOOL_DIR is on tmpfs or ramfs (checked in /proc/self/mountinfo every
+-- FS_CHECK_INTERVAL_S). A write to a disk file system can block slurmctld for as long as the
+-- disk stalls (fsfreeze for a snapshot, a failing disk, NFS), and slurmctld answers no RPC
+-- meanwhile; tmpfs never waits for a disk and cannot be frozen. false: write anywhere (the
+-- pause below then limits, but cannot prevent, stalls).
+local MEMORY_FS_ONLY = true
+local FS_CHECK_INTERVAL_S = 60
+-- A record write that took SLOW_WRITE_S or more (wall clock, whole seconds: Lua has no finer
+-- one) stops writing for PAUSE_S, so a slow spool slows at most one submission per pause.
+local SLOW_WRITE_S = 2
+local PAUSE_S = 300
 -- true: a job whose priority nobody set (not held, no --priority) starts at NEW_JOB_PRIORITY,
 -- below asrptd's band [slurm] priority_floor..priority_ceiling, until asrptd orders it.
 -- Must stay >= 1: priority 0 means held.
@@ -323,6 +342,107 @@ local function write_record(token, now, payload)
   return final
 end
 
+-- ---- when writing is safe, and what was dropped ---------------------------------------------------
+local loaded_s = os.time()
+local written, dropped, dropped_by = 0, 0, {}
+local last_drop_s, last_drop_reason = nil, nil
+local status_dirty, status_written_s = false, -1e18
+local paused_until_s = -1e18
+local fs_checked_s, fs_problem = -1e18, nil
+local MEMORY_FS = {tmpfs = true, ramfs = true}
+
+-- mountinfo writes space, tab, newline and backslash in paths as \ooo.
+local function unescape_mount(path)
+  return (string.gsub(path, "\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end))
+end
+
+-- The type of the file system holding path (its longest enclosing mount point; a later mount on
+-- the same point wins), read from procfs, which never waits for a disk.
+local function fs_type(path)
+  local f, open_error = io.open("/proc/self/mountinfo", "rb")
+  if not f then return nil, "cannot read /proc/self/mountinfo: " .. tostring(open_error) end
+  local data = f:read("*a")
+  f:close()
+  local best, best_len = nil, -1
+  for line in string.gmatch(data or "", "[^\n]+") do
+    local point = string.match(line, "^%S+ %S+ %S+ %S+ (%S+)")
+    local kind = string.match(line, " %- (%S+)")
+    if point and kind then
+      point = unescape_mount(point)
+      local n = #point
+      if n >= best_len and (point == "/" or path == point or sub(path, 1, n + 1) == point .. "/") then
+        best, best_len = kind, n
+      end
+    end
+  end
+  if not best then return nil, "no mount point holds it in /proc/self/mountinfo" end
+  return best
+end
+
+-- nil when a record may be written now, else why not (a short reason and a sentence).
+local function unsafe(now)
+  if now < paused_until_s and paused_until_s - now <= PAUSE_S then  -- (a clock set back ends it)
+    return "paused", format("paused for %d s more after a write that took %d s or more",
+                            paused_until_s - now, SLOW_WRITE_S)
+  end
+  if not MEMORY_FS_ONLY then return nil end
+  if now - fs_checked_s >= FS_CHECK_INTERVAL_S or now < fs_checked_s then
+    local dir = string.gsub(SPOOL_DIR, "/+$", "")
+    local kind, problem = nil, "SPOOL_DIR must be an absolute path"
+    if sub(dir, 1, 1) == "/" then kind, problem = fs_type(dir) end
+    if kind and MEMORY_FS[kind] then
+      fs_problem = nil
+    elseif kind then
+      fs_problem = format("%s is on %s, not on tmpfs: records are not written there (a stalled disk "
+                          .. "would stall slurmctld); mount a tmpfs there or set MEMORY_FS_ONLY = false",
+                          SPOOL_DIR, kind)
+    else
+      fs_problem = "cannot tell the file system of " .. SPOOL_DIR .. ": " .. tostring(problem)
+    end
+    fs_checked_s = now
+  end
+  if fs_problem then return "not_memory_fs", fs_problem end
+  return nil
+end
+
+local function drop(now, reason, message)
+  dropped = dropped + 1
+  dropped_by[reason] = (dropped_by[reason] or 0) + 1
+  last_drop_s, last_drop_reason, status_dirty = now, reason, true
+  note(format("record dropped, %s (%d dropped, %d written since the script loaded)", message, dropped, written))
+end
+
+-- SPOOL_DIR/.status: the counters as JSON, rewritten (at most once a second) after a drop, when
+-- writing is safe; a failed attempt is retried at the next submission. asrptd's ingest skips
+-- dot files.
+local function write_status(now)
+  if not status_dirty or now == status_written_s or unsafe(now) then return end
+  local reasons = {}
+  for reason, count in pairs(dropped_by) do reasons[#reasons + 1] = {reason, count} end
+  table.sort(reasons, function(a, b) return a[1] < b[1] end)
+  local payload = json(json_object({
+    {"format", "asrpt-plugin-status"}, {"version", 1}, {"plugin_version", PLUGIN_VERSION},
+    {"loaded_s", loaded_s}, {"updated_s", now}, {"written", written}, {"dropped", dropped},
+    {"dropped_by", json_object(reasons)}, {"last_drop_s", last_drop_s},
+    {"last_drop_reason", last_drop_reason},
+    {"paused_until_s", paused_until_s > now and paused_until_s or nil},
+  })) .. "\n"
+  local temp, final = SPOOL_DIR .. "/.status.new", SPOOL_DIR .. "/.status"
+  local f = io.open(temp, "wb")
+  if not f then return end
+  local ok = f:write(payload)
+  if f:close() and ok and os.rename(temp, final) then
+    status_dirty, status_written_s = false, now
+  else
+    os.remove(temp)
+  end
+end
+
+local function drop_and_report(now, reason, message)  -- a drop while the spool itself is safe
+  drop(now, reason, message)
+  pcall(write_status, now)
+end
+
 local function tag(job_desc, token)
   local old = field(job_desc, "admin_comment")
   if type(old) == "string" and old ~= "" then
@@ -346,29 +466,44 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local priority_set = nil
   if ok then priority_set = result else note("priority option failed: " .. tostring(result)) end
 
+  local now = os.time()
+  local reason, why
+  ok, reason, why = pcall(unsafe, now)
+  if not ok then reason, why = "check_failed", "checking the spool failed: " .. tostring(reason) end
+  if reason then
+    pcall(drop, now, reason, why)
+    return SUCCESS
+  end
+
   local token
   ok, result = pcall(new_token)
   if not ok then
-    note("no token: " .. tostring(result))
+    pcall(drop_and_report, now, "no_token", "no token: " .. tostring(result))
     return SUCCESS
   end
   token = result
 
-  local now = os.time()
   local payload
   ok, result = pcall(build_record, job_desc, submit_uid, token, now, priority_set)
   if not ok then
-    note("cannot build the record: " .. tostring(result))
+    pcall(drop_and_report, now, "build_failed", "cannot build the record: " .. tostring(result))
     return SUCCESS
   end
   payload = result
 
   local path, problem
   ok, path, problem = pcall(write_record, token, now, payload)
+  local done_s = os.time()
+  if done_s - now >= SLOW_WRITE_S then
+    paused_until_s = done_s + PAUSE_S
+    note(format("writing a record to %s took %d s or more: not writing for %d s", SPOOL_DIR, done_s - now, PAUSE_S))
+  end
   if not ok or not path then
-    note(ok and problem or ("writing the record failed: " .. tostring(path)))
+    pcall(drop_and_report, done_s, "write_failed", ok and problem or ("writing the record failed: " .. tostring(path)))
     return SUCCESS
   end
+  written = written + 1
+  if status_dirty and done_s >= paused_until_s then pcall(write_status, done_s) end
 
   ok, result = pcall(tag, job_desc, token)
   if not ok then note("cannot set admin_comment: " .. tostring(result)) end

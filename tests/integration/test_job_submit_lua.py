@@ -13,6 +13,7 @@ This module starts its own lua-enabled test-bed in a world-traversable directory
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pwd
@@ -201,29 +202,62 @@ def test_an_unprivileged_users_jobs_carry_that_users_uid(bed: LocalCluster, othe
     assert tokens_in(slurm_jobs(bed)[theirs].admin_comment) == [record.token]
 
 
-@pytest.mark.parametrize("breakage", ["a file", "a symlink loop"])
-def test_a_broken_spool_still_lets_every_job_submit(bed: LocalCluster, breakage: str):
-    spool = plugin_dir(bed)
-    aside = spool.with_name("spool-asrpt-plugin.aside")
-    spool.rename(aside)
-    if breakage == "a file":
-        spool.write_text("where the directory should be\n")
-    else:
-        spool.symlink_to(spool)
+@contextlib.contextmanager
+def frozen_ext4(folder: Path) -> Iterator[Path]:
+    """An ext4 file system (a loop image) mounted at folder and frozen, as by fsfreeze for a
+    snapshot; thawed and unmounted afterwards."""
+    image = folder.with_suffix(".img")
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    env = {**os.environ, "PATH": SBIN_PATH}
+    folder.mkdir()
+    for argv in (["mkfs.ext4", "-q", "-F", str(image)], ["mount", "-o", "loop", str(image), str(folder)]):
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            pytest.skip(f"{argv[0]}: {done.stderr.strip()}")
     try:
-        batch = bed.sbatch("--hold", "-J", "broken", wrap="true")
-        bed.run("srun", "-t", "1", "-p", "npu", "-J", "broken-srun", "true", timeout=60)
-        bed.run("salloc", "-t", "1", "-p", "npu", "-J", "broken-salloc", "true", timeout=60)
-        ids = [batch, last_job_id(bed, "broken-srun"), last_job_id(bed, "broken-salloc")]
-        jobs = slurm_jobs(bed)
-        for job_id in ids:
-            assert tokens_in(jobs[job_id].admin_comment) == []  # no record, so no tag
-        assert jobs[ids[1]].state == "COMPLETED" and jobs[ids[2]].state == "COMPLETED"
+        (folder / "spool").mkdir(mode=0o700)
+        subprocess.run(["fsfreeze", "-f", str(folder)], check=True, env=env)
+        yield folder / "spool"
     finally:
-        spool.unlink()
-        aside.rename(spool)
+        subprocess.run(["fsfreeze", "-u", str(folder)], capture_output=True, env=env)
+        subprocess.run(["umount", str(folder)], capture_output=True, env=env)
+        image.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("breakage", ["a file", "a symlink loop", "a frozen disk"])
+def test_a_broken_spool_still_lets_every_job_submit_promptly(bed: LocalCluster, breakage: str):
+    spool = plugin_dir(bed)
+    with contextlib.ExitStack() as stack:
+        if breakage == "a frozen disk":
+            # The reported defect: sbatch timed out after 10 s ("Socket timed out") while its
+            # job was created, so users resubmitted.
+            broken = stack.enter_context(frozen_ext4(bed.dir / "frozen"))
+        else:
+            broken = spool / "broken"  # on the tmpfs: the write is tried and fails
+            if breakage == "a file":
+                broken.write_text("where the directory should be\n")
+            else:
+                broken.symlink_to(broken)
+            stack.callback(broken.unlink)
+        _set_option(bed, "local SPOOL_DIR", f'"{broken}"')
+        try:
+            started = time.monotonic()
+            batch = bed.sbatch("--hold", "-J", "broken", wrap="true")
+            submit_s = time.monotonic() - started
+            bed.run("srun", "-t", "1", "-p", "npu", "-J", "broken-srun", "true", timeout=60)
+            bed.run("salloc", "-t", "1", "-p", "npu", "-J", "broken-salloc", "true", timeout=60)
+            ids = [batch, last_job_id(bed, "broken-srun"), last_job_id(bed, "broken-salloc")]
+            jobs = slurm_jobs(bed)
+        finally:
+            _set_option(bed, "local SPOOL_DIR", f'"{spool}"')
+    assert submit_s < 3, f"sbatch took {submit_s:.1f} s"
+    for job_id in ids:
+        assert tokens_in(jobs[job_id].admin_comment) == []  # no record, so no tag
+    assert jobs[ids[1]].state == "COMPLETED" and jobs[ids[2]].state == "COMPLETED"
     log = (bed.dir / "log" / "slurmctld.log").read_text(errors="replace")
-    assert "asrpt job_submit.lua: cannot create a record in" in log
+    expected = f"{broken} is on ext4, not on tmpfs" if breakage == "a frozen disk" else "cannot create a record in"
+    assert f"asrpt job_submit.lua: record dropped, {expected}" in log
     # and it works again once the directory is back
     again = bed.sbatch("--hold", "-J", "repaired", wrap="true")
     assert len(records_by_job(bed, [again])[1][again]) == 1

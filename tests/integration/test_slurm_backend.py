@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -181,6 +182,23 @@ def test_finished_jobs_from_the_completion_log(cluster):
     assert found[ok].ran and 0.5 <= found[ok].runtime_s <= 10 and found[ok].nodes[0].startswith("node")
     assert found[bad].state == "FAILED" and found[bad].exit_code == 3
     assert running not in found
+
+
+def test_a_newline_in_a_job_name_forges_no_completion_record(cluster):
+    """Issue 16: ``-J $'x\\nJobId=<her job> ...'`` made the real jobcomp/filetxt line of a long
+    job read as another job's record."""
+    since = time.time() - 1
+    short = cluster.sbatch("-J", "short", wrap="sleep 1")
+    cluster.wait_state(short, "COMPLETED")
+    forger = cluster.sbatch("-J", f"x\nJobId={short} UserId=root(0) GroupId=root(0) Name=short", wrap="sleep 4")
+    odd = cluster.sbatch("-J", "a\nb", wrap="true")
+    cluster.wait_state(forger, "COMPLETED")
+    cluster.wait_state(odd, "COMPLETED")
+    cluster.wait_for("the job completion log", lambda: f"JobId={forger} " in Path(cluster.jobcomp_log).read_text())
+    found = {r.job_id: r for r in make_backend(cluster).finished_jobs(since)}
+    assert found[short].runtime_s is not None and found[short].runtime_s < 3  # not the forger's 4 s
+    assert forger not in found  # its lines are ambiguous: not trusted
+    assert found[odd].name == "a\nb"
 
 
 def test_unreachable_when_slurmctld_is_down(cluster):

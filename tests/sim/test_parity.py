@@ -45,10 +45,13 @@ def test_simulator_and_daemon_cycle_decide_the_same(tmp_path):
     speed = cluster.speed_table(default_speed_table())
     jobs = build_jobs(read_trace(SLICE, "philly").records[:30], cluster, speed, seed=3).jobs
     jobs = [j for j in jobs if j.accelerators <= 8]
+    # types without a public profile carry their relative speed, as in a real asrpt.toml
+    relative = {r.accelerator: {"relative_speed": r.factor, "relative_to": r.reference} for r in cluster.relative_speeds}
     document = {
         "daemon": {"policy": "asrpt"},
         "spool": {"dir": str(tmp_path / "no-spool")},
-        "slurm": {"partitions": [{"name": p.name, "accelerator": p.accelerator, "intra_node_gbps": p.intra_node_gbps, "inter_node_gbps": p.inter_node_gbps} for p in cluster.partitions]},
+        "slurm": {"partitions": [{"name": p.name, "accelerator": p.accelerator, "intra_node_gbps": p.intra_node_gbps, "inter_node_gbps": p.inter_node_gbps,
+                                  **relative.get(p.accelerator, {})} for p in cluster.partitions]},  # fmt: skip
     }
     config = parse_config(document, {})
     options = policy_options(config)

@@ -84,6 +84,11 @@ for status in /proc/[0-9]*/status; do
   kill -TERM "$pid" 2>/dev/null
 done
 
+# up.sh --with-lua-plugin mounts a tmpfs for the plugin's records.
+if mountpoint -q "$DIR/spool-asrpt-plugin" 2>/dev/null; then
+  umount "$DIR/spool-asrpt-plugin" || echo "down.sh: cannot unmount $DIR/spool-asrpt-plugin" >&2
+fi
+
 if [ "$PURGE" = 1 ]; then
   if [ -e "$CONF" ]; then
     rm -rf "$DIR"

@@ -24,8 +24,9 @@
 #                      DIR/etc (ASRPT_TESTBED_LUA=FILE uses another file). No extra package:
 #                      Debian's slurm-wlm-basic-plugins already pulls in liblua5.1-0.
 #                      The copy's "local SPOOL_DIR = ..." line is rewritten to
-#                      DIR/spool-asrpt-plugin (root, 0700), where it writes one record per
-#                      submission; asrpt.toml's [spool] plugin_dir names it.
+#                      DIR/spool-asrpt-plugin (root, 0700; a tmpfs mounted there, unmounted
+#                      by down.sh), where it writes one record per submission; asrpt.toml's
+#                      [spool] plugin_dir names it.
 #
 # Environment:
 #   ASRPT_TESTBED_PORT_BASE  slurmctld port; slurmd fallback = base+1, slurmdbd = base+2,
@@ -170,7 +171,16 @@ chmod 755 "$DIR" "$DIR"/{etc,run,log,spool,dev}
 chmod 700 "$DIR/munge" "$DIR/state"
 # The daemon's spool: sticky and world-writable like /tmp (the wrapper writes 0600 files).
 chmod 1777 "$DIR/spool-asrpt"
-# job_submit.lua's records: written by slurmctld (SlurmUser=root), read by the daemon only.
+# job_submit.lua's records: written by slurmctld (SlurmUser=root), read by the daemon only. The
+# plugin writes only to a memory file system (MEMORY_FS_ONLY), so it gets a tmpfs, as in
+# production; without mount rights the copy is told to write to disk.
+LUA_ON_DISK=0
+if [ "$WITH_LUA" = 1 ] && ! mountpoint -q "$DIR/spool-asrpt-plugin"; then
+  if ! mount -t tmpfs -o size=256m,mode=0700 asrpt-testbed "$DIR/spool-asrpt-plugin" 2>/dev/null; then
+    log "--with-lua-plugin: cannot mount a tmpfs on $DIR/spool-asrpt-plugin; the plugin writes to disk (MEMORY_FS_ONLY = false)"
+    LUA_ON_DISK=1
+  fi
+fi
 chmod 700 "$DIR/spool-asrpt-plugin"
 rm -f "$SOCK" "$SOCK.lock" "$DIR/run/mysqld.sock"
 for n in $NODES; do mkdir -p "$DIR/spool/$n"; chmod 755 "$DIR/spool/$n"; done
@@ -318,7 +328,9 @@ else
   rm -f "$DIR/etc/cgroup.conf"
 fi
 if [ -n "$LUA_SRC" ]; then
-  sed "s|^local SPOOL_DIR = .*|local SPOOL_DIR = \"$DIR/spool-asrpt-plugin\"|" "$LUA_SRC" > "$DIR/etc/job_submit.lua"
+  sed -e "s|^local SPOOL_DIR = .*|local SPOOL_DIR = \"$DIR/spool-asrpt-plugin\"|" \
+      -e "$([ "$LUA_ON_DISK" = 1 ] && echo 's|^local MEMORY_FS_ONLY = .*|local MEMORY_FS_ONLY = false|' || echo 's|^$||')" \
+      "$LUA_SRC" > "$DIR/etc/job_submit.lua"
 else
   rm -f "$DIR/etc/job_submit.lua"
 fi

@@ -10,6 +10,8 @@ Environment overrides use ``ASRPT_<SECTION>_<KEY>`` (``ASRPT_DAEMON_INTERVAL_S=1
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
@@ -18,9 +20,12 @@ from typing import Any, Mapping
 
 from asrpt import paths
 from asrpt.core.model import Partition
+from asrpt.core.speed import default_speed_table
 from asrpt.exceptions import ConfigError
 from asrpt.serving.hardware import find_accelerator, known_accelerator_names
 from asrpt.slurm.cli_backend import SlurmBackendConfig
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path(paths.DEFAULT_CONFIG_PATH)
 POLICY_NAMES = ("asrpt", "asrpt-strict", "fifo", "spwf", "qssf", "multifactor")
@@ -154,6 +159,21 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("scheduler", "virtual_machine"): ("cluster", "pool"),
     ("scheduler", "unseen_policy"): ("zero", "fallback", "model"),
 }
+#: Seconds that must be finite and at least this: a cycle, sync or retrain at 0 s is a busy
+#: loop against slurmctld (tests run cycles at 0.5 s), a 0 s back-off retries a failing Slurm
+#: at once, and a command timeout below a second fails every call of a busy slurmctld.
+_MIN_SECONDS: dict[tuple[str, str], float] = {
+    ("daemon", "interval_s"): 0.1,
+    ("daemon", "sync_interval_s"): 0.1,
+    ("daemon", "retrain_interval_s"): 0.1,
+    ("daemon", "max_backoff_s"): 0.1,
+    ("slurm", "timeout_s"): 1.0,
+}
+#: Floats that may be infinite (documented as "off"); every other one must be finite.
+_INFINITE_OK = frozenset({("scheduler", "overdue_after_s")})
+_MIN_INT: dict[tuple[str, str], int] = {("scheduler", "backfill_depth"): 0}
+#: Hosts that listen on every interface.
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})
 
 
 def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> DaemonConfig:
@@ -202,7 +222,58 @@ def parse_config(document: Mapping[str, Any], environ: Mapping[str, str], source
         slurm = _build(SlurmBackendConfig, slurm_values, "[slurm]", source)
     except ConfigError as error:
         raise ConfigError(str(error) if str(error).startswith(source) else f"{source}: {error}") from None
-    return DaemonConfig(**sections, slurm=slurm, partitions=parts, source=source)
+    config = DaemonConfig(**sections, slurm=slurm, partitions=parts, source=source)
+    _check(config)
+    return config
+
+
+def _check(config: DaemonConfig) -> None:
+    """What no single value shows: relations between keys, files, the speed table."""
+    source, daemon = config.source, config.daemon
+    if daemon.max_backoff_s < daemon.interval_s:
+        raise ConfigError(
+            f"{source}: [daemon] max_backoff_s = {daemon.max_backoff_s} is below [daemon] interval_s = "
+            f"{daemon.interval_s}; the wait after failed cycles grows from interval_s up to max_backoff_s, "
+            "so it must be >= interval_s"
+        )
+    conf = config.slurm.slurm_conf
+    if conf and not os.path.isfile(conf):
+        raise ConfigError(f"{source}: [slurm] slurm_conf = {conf!r} is not a file; give slurm.conf's path, or leave "
+                          "the key out to use the environment's SLURM_CONF")  # fmt: skip
+    table = default_speed_table()
+    known = ", ".join(table.accelerators)
+    for i, part in enumerate(config.partitions):
+        where = f"{source}: [[slurm.partitions]] #{i + 1}"
+        if part.relative_speed is not None and not (math.isfinite(part.relative_speed) and part.relative_speed > 0):
+            raise ConfigError(f"{where} relative_speed = {part.relative_speed} is not valid: a finite factor > 0 "
+                              f"(its speed relative to relative_to = {part.relative_to!r})")  # fmt: skip
+        if table.knows(part.accelerator):
+            continue
+        if part.relative_speed is None:
+            raise ConfigError(
+                f"{where} accelerator = {part.accelerator!r} is not in the speed table ({known}); for a type "
+                "without a profile give relative_speed (its speed as a factor of relative_to, default a100)"
+            )
+        if not table.knows(part.relative_to):
+            raise ConfigError(f"{where} relative_to = {part.relative_to!r} is not in the speed table ({known})")
+    host = _bind_host(daemon.http_bind)
+    if host in _WILDCARD_HOSTS:
+        log.warning(
+            "%s: [daemon] http_bind = %r listens on every network interface; its answers name users and jobs. "
+            "Bind 127.0.0.1 behind a reverse proxy with TLS and authentication (contrib/slurm/README-http.md)",
+            source, daemon.http_bind,
+        )  # fmt: skip
+
+
+def _bind_host(bind: str) -> str | None:
+    """The host of ``host:port``/``[v6]:port`` (None for a bare port: 127.0.0.1); syntax errors
+    are left to the HTTP server's own parser."""
+    text = bind.strip()
+    if text.startswith("[") and "]" in text:
+        return text[1 : text.index("]")]
+    if ":" in text:
+        return text.rsplit(":", 1)[0] or None
+    return None
 
 
 def _with_env(document: Mapping[str, Any], name: str, cls: type, environ: Mapping[str, str], source: str) -> dict[str, Any]:
@@ -231,10 +302,22 @@ def _build(cls: type, values: dict[str, Any], where: str, source: str) -> Any:
             raise ConfigError(f"{source}: {where} {key} = {converted[key]!r} is not one of {', '.join(choices)}")
         if isinstance(converted[key], float) and key.endswith(("_s", "_gbps", "ratio", "tau", "speed")) and not converted[key] >= 0:
             raise ConfigError(f"{source}: {where} {key} must be >= 0, got {converted[key]}")
+        _check_value(converted[key], section, key, where, source)
     missing = [name for name, f in known.items() if name not in converted and f.default is MISSING and f.default_factory is MISSING]
     if missing:
         raise ConfigError(f"{source}: {where} is missing required key(s): {', '.join(missing)}")
     return cls(**converted)
+
+
+def _check_value(value: Any, section: str, key: str, where: str, source: str) -> None:
+    minimum_s = _MIN_SECONDS.get((section, key))
+    if minimum_s is not None and not (math.isfinite(value) and value >= minimum_s):
+        raise ConfigError(f"{source}: {where} {key} = {value} is not valid: finite seconds >= {minimum_s:g}")
+    if isinstance(value, float) and math.isinf(value) and (section, key) not in _INFINITE_OK:
+        raise ConfigError(f"{source}: {where} {key} = {value} is not valid: a finite number")
+    minimum = _MIN_INT.get((section, key))
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{source}: {where} {key} = {value} is not valid: an integer >= {minimum}")
 
 
 def _convert(value: Any, annotation: Any, what: str, source: str) -> Any:

@@ -89,7 +89,7 @@ from asrpt.slurm.parsing import (
     compress_nodelist,
     expand_nodelist,
     failed_job_ids,
-    parse_jobcomp_line,
+    parse_jobcomp_lines,
     parse_nodes_json,
     parse_sacct,
     parse_squeue_json,
@@ -1018,16 +1018,19 @@ class SlurmCliBackend:
                 data = handle.read()
         except OSError as exc:
             raise SlurmUnreachable(f"cannot read the job completion log {path}: {exc}") from exc
-        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
-        self._jobcomp_offset += len(complete)
-        for line in complete.decode(errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = parse_jobcomp_line(line)
-            except SlurmOutputMalformed as exc:
-                log.warning("skipping a job completion log line: %s", exc, extra={"action": "jobcomp_bad_line"})
-                continue
+        # Whole lines only (a line still being written waits), and of those only up to a record
+        # whose name holds a newline and whose rest is not written yet.
+        raw = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
+        records, rejected, consumed = parse_jobcomp_lines([line.decode(errors="replace") for line in raw], at_end=False)
+        starts = [self._jobcomp_offset]
+        for line in raw:
+            starts.append(starts[-1] + len(line) + 1)
+        for bad in rejected:
+            # The log itself keeps the lines: the admin finds them at that byte.
+            log.warning("job completion log %s, byte %d: %s; not used: %s", path, starts[bad.first_line], bad.reason,
+                        bad.text[:300], extra={"action": "jobcomp_bad_record", "path": path})  # fmt: skip
+        self._jobcomp_offset = starts[consumed]
+        for record in records:
             if record.state in _NOT_FINISHED:
                 continue
             self._jobcomp_cache.append(record)

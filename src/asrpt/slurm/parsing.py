@@ -27,7 +27,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from asrpt.exceptions import SlurmOutputMalformed, SlurmUnreachable
@@ -53,6 +54,8 @@ __all__ = [
     "parse_squeue_json",
     "parse_nodes_json",
     "parse_jobcomp_line",
+    "parse_jobcomp_lines",
+    "RejectedJobcomp",
     "iter_jobcomp",
     "SACCT_FIELDS",
     "parse_sacct",
@@ -586,74 +589,165 @@ def parse_nodes_json(text: str) -> tuple[SlurmNode, ...]:
 
 # -- job completion log (jobcomp/filetxt) ----------------------------------------------------------
 
-_JOBCOMP_HEAD_RE = re.compile(r"^JobId=(?P<job_id>\S+) UserId=(?P<user>[^\s(]*)(?:\(\d+\))? GroupId=\S* Name=")
-
-
-def _last_value(line: str, key: str, start: int) -> str | None:
-    """The value of the last `` key=`` in ``line`` after ``start`` (values without spaces).
-
-    Last, because the free-text Name before it may itself contain `` JobState=...``."""
-    pos = line.rfind(f" {key}=", start)
-    if pos < 0:
-        return None
-    value_start = pos + len(key) + 2
-    end = line.find(" ", value_start)
-    return line[value_start:] if end < 0 else line[value_start:end]
+# Exactly what jobcomp/filetxt writes (JOB_FORMAT in jobcomp_filetxt.c, the same in 22.05 and
+# 24.11), one write per job:
+#   JobId=%lu UserId=%s(%lu) GroupId=%s(%lu) Name=%s JobState=%s Partition=%s TimeLimit=%s
+#   StartTime=%s EndTime=%s NodeList=%s NodeCnt=%u ProcCnt=%u WorkDir=%s ReservationName=%s
+#   Tres=%s Account=%s QOS=%s WcKey=%s Cluster=%s SubmitTime=%s EligibleTime=%s
+#   [ ArrayJobId=%u ArrayTaskId=%u][ HetJobId=%u HetJobOffset=%u] DerivedExitCode=%s ExitCode=%s \n
+# Name and WorkDir are the user's free text, unescaped: spaces, "key=" runs and newlines included.
+# Every other field is Slurm's and has no whitespace, so it is matched by its fixed place and
+# shape around the two free fields, never searched for.
+_JOBCOMP_HEAD = (r"JobId=(?P<job_id>\d+) UserId=(?P<user>[^\s()]*)\((?P<uid>\d+)\) "
+                 r"GroupId=(?P<group>[^\s()]*)\((?P<gid>\d+)\) Name=")  # fmt: skip
+_JOBCOMP_MIDDLE = (r" JobState=(?P<state>[A-Z_]+) Partition=(?P<partition>\S*) TimeLimit=(?P<time_limit>\d+|UNLIMITED)"
+                   r" StartTime=(?P<start>\S+) EndTime=(?P<end>\S+) NodeList=(?P<nodelist>\S*)"
+                   r" NodeCnt=\d+ ProcCnt=\d+ WorkDir=")  # fmt: skip
+_JOBCOMP_TAIL = (r" ReservationName=\S* Tres=\S* Account=\S* QOS=\S* WcKey=\S* Cluster=\S*"
+                 r" SubmitTime=(?P<submit>\S+) EligibleTime=\S+"
+                 r"(?: ArrayJobId=\d+ ArrayTaskId=\d+)?(?: HetJobId=\d+ HetJobOffset=\d+)?"
+                 r" DerivedExitCode=\d+:\d+ ExitCode=(?P<exit>\d+:\d+) \Z")  # fmt: skip
+_JOBCOMP_HEAD_RE = re.compile(_JOBCOMP_HEAD)
+# The shortest and the longest reading of the free fields: a line is taken only when they agree.
+_JOBCOMP_SHORT_RE = re.compile(_JOBCOMP_HEAD + "(?P<name>.*?)" + _JOBCOMP_MIDDLE + "(?P<work_dir>.*?)" + _JOBCOMP_TAIL, re.S)
+_JOBCOMP_LONG_RE = re.compile(_JOBCOMP_HEAD + "(?P<name>.*)" + _JOBCOMP_MIDDLE + "(?P<work_dir>.*)" + _JOBCOMP_TAIL, re.S)
+#: A record spanning more lines or characters than this (a job name is at most 1024 characters
+#: here in practice, a work dir a path) is not waited for: its first line is rejected.
+MAX_JOBCOMP_RECORD_LINES = 64
+MAX_JOBCOMP_RECORD_CHARS = 65536
 
 
 def parse_jobcomp_line(line: str) -> FinishedJob:
-    """One line of ``jobcomp/filetxt``'s log (same format in 22.05 and 24.11)::
+    """One record of ``jobcomp/filetxt``'s log (same format in 22.05 and 24.11)::
 
         JobId=220 UserId=root(0) GroupId=root(0) Name=my job JobState=FAILED Partition=gpu
         TimeLimit=525600 StartTime=2026-12-02T11:32:03 EndTime=... NodeList=node1 NodeCnt=1
-        ... SubmitTime=... EligibleTime=... DerivedExitCode=0:0 ExitCode=3:0
+        ... SubmitTime=... EligibleTime=... DerivedExitCode=0:0 ExitCode=3:0 \\n
 
-    Values are not quoted and Name may contain spaces (even ``JobState=``), so fixed keys
-    are looked up by their last occurrence; TimeLimit is in minutes or ``UNLIMITED``.
+    The whole record must have Slurm's exact shape (the trailing space included); Name and
+    WorkDir may hold anything, newlines too, as long as only one reading of the fixed fields
+    around them exists: a name or work dir that repeats them in a way that moves them is
+    ambiguous and raises, like any other mismatch. TimeLimit is in minutes or ``UNLIMITED``.
     """
-    text = line.rstrip("\n")
-    head = _JOBCOMP_HEAD_RE.match(text)
-    if not head:
-        raise malformed("job completion log line", line)
-    name_start = head.end()
-    state_pos = text.rfind(" JobState=")
-    if state_pos < name_start - 1:
-        raise malformed("job completion log line", line, "no JobState")
-    fields = {
-        key: _last_value(text, key, state_pos)
-        for key in ("JobState", "Partition", "TimeLimit", "StartTime", "EndTime", "NodeList", "SubmitTime", "ExitCode")
-    }
-    if fields["JobState"] is None or fields["EndTime"] is None:
-        raise malformed("job completion log line", line, "no JobState/EndTime")
-    end = parse_timestamp_s(fields["EndTime"])
+    text = line[:-1] if line.endswith("\n") else line
+    short = _JOBCOMP_SHORT_RE.match(text)
+    if not short:
+        raise malformed("job completion log line", line, "not the shape jobcomp/filetxt writes")
+    long = _JOBCOMP_LONG_RE.match(text)
+    if long is None or long.span("name") != short.span("name") or long.span("work_dir") != short.span("work_dir"):
+        raise malformed("job completion log line", line, "ambiguous: the job name or work dir repeats the fields after it")
+    end = parse_timestamp_s(short["end"])
     if end is None:
         raise malformed("job completion log line", line, "no EndTime")
-    start = parse_timestamp_s(fields["StartTime"])
-    nodes = expand_nodelist(fields["NodeList"] or "")
-    rc, sig = parse_exit_code(fields["ExitCode"]) if fields["ExitCode"] else (None, 0)
+    start = parse_timestamp_s(short["start"])
+    nodes = expand_nodelist(short["nodelist"])
+    rc, sig = parse_exit_code(short["exit"])
     return FinishedJob(
-        job_id=parse_job_id(head.group("job_id")),
-        user=head.group("user"),
-        state=fields["JobState"].upper(),
+        job_id=parse_job_id(short["job_id"]),
+        user=short["user"],
+        state=short["state"],
         end_time_s=end,
         # A job cancelled while pending has StartTime == EndTime and no nodes.
         start_time_s=start if nodes else None,
-        submit_time_s=parse_timestamp_s(fields["SubmitTime"]),
+        submit_time_s=parse_timestamp_s(short["submit"]),
         nodes=nodes,
         exit_code=rc,
         signal=sig,
-        name=text[name_start:state_pos],
-        partition=fields["Partition"] or "",
-        time_limit_s=parse_duration_s(fields["TimeLimit"]),
+        name=short["name"],
+        partition=short["partition"],
+        time_limit_s=parse_duration_s(short["time_limit"]),
         source="jobcomp",
     )
 
 
+@dataclass(frozen=True)
+class RejectedJobcomp:
+    """Lines of the job completion log that were not used: ``line_count`` lines from index
+    ``first_line`` of the lines given, ``text`` (joined by newlines) and why."""
+
+    first_line: int
+    line_count: int
+    reason: str
+    text: str
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_jobcomp_line(text)
+    except SlurmOutputMalformed:
+        return False
+    return True
+
+
+def parse_jobcomp_lines(lines: Sequence[str], *, at_end: bool) -> tuple[list[FinishedJob], list[RejectedJobcomp], int]:
+    """Records of consecutive job completion log lines (without their newlines).
+
+    A line that is a whole record is one. A newline in a job name or work dir splits a record:
+    a line that starts like a record but is not whole is joined with the lines after it until
+    they complete it. If one of those lines is a whole record by itself, the lines could be one
+    record or a forgery (``-J $'x\\nJobId=<another job> ...'`` makes bob's record end in a line
+    that reads as another job's): neither reading is trusted and all of them are rejected.
+    Other lines that do not parse are rejected one by one.
+
+    Returns (records, rejected, consumed): ``consumed`` lines were dealt with; the rest start a
+    record that is not complete yet (only when not ``at_end``) and are for the next call.
+
+    Not caught here: a name whose first line is itself a whole record (all fixed fields forged
+    inside the name) reads as two whole records; telling that apart needs what squeue says of
+    the named job.
+    """
+    records: list[FinishedJob] = []
+    rejected: list[RejectedJobcomp] = []
+    i, n = 0, len(lines)
+    while i < n:
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        try:
+            records.append(parse_jobcomp_line(line))
+            i += 1
+            continue
+        except SlurmOutputMalformed as exc:
+            alone = str(exc)
+        if not _JOBCOMP_HEAD_RE.match(line):
+            rejected.append(RejectedJobcomp(i, 1, alone, line))
+            i += 1
+            continue
+        j, size, record, reason = i + 1, len(line), None, None
+        while j < n and record is None and reason is None:
+            size += len(lines[j]) + 1
+            if size > MAX_JOBCOMP_RECORD_CHARS or j - i >= MAX_JOBCOMP_RECORD_LINES:
+                reason = "too long"
+            elif _parses(lines[j]):
+                reason = (f"ambiguous: these {j - i + 1} lines read as one record whose job name or work dir "
+                          "holds a newline, and the last one also as a record by itself; neither is trusted")  # fmt: skip
+            else:
+                try:
+                    record = parse_jobcomp_line("\n".join(lines[i : j + 1]))
+                except SlurmOutputMalformed:
+                    j += 1
+        if record is not None:
+            records.append(record)
+            i = j + 1
+        elif reason is not None and reason != "too long":
+            rejected.append(RejectedJobcomp(i, j - i + 1, reason, "\n".join(lines[i : j + 1])))
+            i = j + 1
+        elif reason is None and not at_end:
+            return records, rejected, i  # the rest of this record is still being written
+        else:  # too long, or cut short at the end: only its first line goes
+            rejected.append(RejectedJobcomp(i, 1, alone, line))
+            i += 1
+    return records, rejected, n
+
+
 def iter_jobcomp(text: str) -> Iterator[FinishedJob]:
-    """Every complete line of a job completion log (blank lines skipped)."""
-    for line in text.splitlines():
-        if line.strip():
-            yield parse_jobcomp_line(line)
+    """Every record of a complete job completion log; raises SlurmOutputMalformed on the first
+    lines that are not used (see :func:`parse_jobcomp_lines`)."""
+    records, rejected, _ = parse_jobcomp_lines(text.splitlines(), at_end=True)
+    if rejected:
+        raise malformed("job completion log line", rejected[0].text, rejected[0].reason)
+    yield from records
 
 
 # -- sacct ------------------------------------------------------------------------------------------

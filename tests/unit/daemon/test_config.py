@@ -54,6 +54,71 @@ def test_bad_documents_get_clear_errors(document, message):
         parse_config(document, {}, source="test.toml")
 
 
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        # issue 16: each of these was a traceback (exit 1, a restart loop) or silently accepted
+        ({"scheduler": {"backfill_depth": -1}}, r"\[scheduler\] backfill_depth = -1 is not valid: an integer >= 0"),
+        ({"daemon": {"interval_s": INF}}, r"\[daemon\] interval_s = inf is not valid: finite seconds >= 0.1"),
+        ({"daemon": {"interval_s": 0}}, r"\[daemon\] interval_s = 0.0 is not valid: finite seconds >= 0.1"),
+        ({"daemon": {"max_backoff_s": 0}}, r"\[daemon\] max_backoff_s = 0.0 is not valid: finite seconds >= 0.1"),
+        ({"daemon": {"interval_s": 60, "max_backoff_s": 10}}, r"max_backoff_s = 10.0 is below \[daemon\] interval_s = 60.0"),
+        ({"daemon": {"sync_interval_s": INF}}, r"sync_interval_s = inf is not valid"),
+        ({"slurm": {"timeout_s": 1e-9}}, r"\[slurm\] timeout_s = 1e-09 is not valid: finite seconds >= 1"),
+        ({"slurm": {"timeout_s": INF}}, r"\[slurm\] timeout_s = inf is not valid"),
+        ({"spool": {"max_age_s": INF}}, r"\[spool\] max_age_s = inf is not valid: a finite number"),
+        (
+            {"slurm": {"partitions": [{"name": "h", "accelerator": "h100"}]}},
+            r"\[\[slurm.partitions\]\] #1 accelerator = 'h100' is not in the speed table \(k80, p100, v100.*\); "
+            r"for a type without a profile give relative_speed",
+        ),
+        (
+            {"slurm": {"partitions": [{"name": "n", "accelerator": "npu", "relative_speed": 0.8, "relative_to": "x1"}]}},
+            r"#1 relative_to = 'x1' is not in the speed table",
+        ),
+        (
+            {"slurm": {"partitions": [{"name": "n", "accelerator": "npu", "relative_speed": 0}]}},
+            r"#1 relative_speed = 0.0 is not valid: a finite factor > 0",
+        ),
+        ({"slurm": {"partitions": [{"name": "n", "accelerator": "npu", "relative_speed": INF}]}}, r"relative_speed = inf"),
+    ],
+)
+def test_values_that_would_stop_the_daemon_are_clear_errors(document, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(document, {}, source="test.toml")
+
+
+def test_environment_values_are_checked_the_same_way():
+    with pytest.raises(ConfigError, match=r"\[daemon\] interval_s = inf is not valid"):
+        parse_config({}, {"ASRPT_DAEMON_INTERVAL_S": "inf"}, source="test.toml")
+
+
+def test_a_missing_slurm_conf_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[slurm\] slurm_conf = '.*absent.conf' is not a file"):
+        parse_config({"slurm": {"slurm_conf": str(tmp_path / "absent.conf")}}, {}, source="test.toml")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    assert parse_config({"slurm": {"slurm_conf": str(conf)}}, {}).slurm.slurm_conf == str(conf)
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0:8787", "[::]:8787", "0.0.0.0:0"])
+def test_binding_every_interface_warns(bind, caplog):
+    with caplog.at_level("WARNING", logger="asrpt.daemon.config"):
+        config = parse_config({"daemon": {"http_bind": bind}}, {}, source="test.toml")
+    assert config.daemon.http_bind == bind
+    assert "listens on every network interface" in caplog.text and "README-http.md" in caplog.text
+
+
+@pytest.mark.parametrize("bind", ["", "127.0.0.1:8787", "8787", ":8787", "[::1]:8787"])
+def test_binding_locally_does_not_warn(bind, caplog):
+    with caplog.at_level("WARNING", logger="asrpt.daemon.config"):
+        parse_config({"daemon": {"http_bind": bind}}, {}, source="test.toml")
+    assert caplog.text == ""
+
+
 def test_environment_overrides_the_file(tmp_path):
     path = tmp_path / "asrpt.toml"
     path.write_text(
@@ -91,7 +156,7 @@ def test_serving_plans_one_path_a_list_or_the_environment(tmp_path):
 def test_a_partition_may_name_its_serving_accelerator():
     config = parse_config(
         {"slurm": {"partitions": [{"name": "a100", "accelerator": "a100", "serving_accelerator": "A100-40GB"},
-                                  {"name": "h100", "accelerator": "h100"}]}},
+                                  {"name": "t4", "accelerator": "t4"}]}},
         {},
     )
     assert [p.serving_accelerator for p in config.partitions] == ["A100-40GB", None]

@@ -594,6 +594,36 @@ def test_finished_jobs_from_the_completion_log(tmp_path):
     assert len(b.finished_jobs(0.0)) == 7  # an earlier since re-reads the log
 
 
+def test_finished_jobs_ignore_a_record_forged_through_a_job_name(tmp_path, caplog):
+    """Issue 16: a newline in bob's job name made his record's second line read as alice's job."""
+    def line(job_id: int, user: str, uid: int, name: str, end: str) -> str:
+        return (f"JobId={job_id} UserId={user}({uid}) GroupId={user}({uid}) Name={name} JobState=COMPLETED "
+                f"Partition=gpu TimeLimit=60 StartTime=2026-12-02T10:00:00 EndTime={end} NodeList=node1 NodeCnt=1 "
+                f"ProcCnt=1 WorkDir=/home ReservationName= Tres=cpu=1 Account=ml QOS=normal WcKey= Cluster=c "
+                f"SubmitTime=2026-12-02T10:00:00 EligibleTime=2026-12-02T10:00:00 DerivedExitCode=0:0 ExitCode=0:0 \n")  # fmt: skip
+
+    log = tmp_path / "jobcomp.log"
+    alice = line(41, "alice", 1001, "train", "2026-12-02T10:00:04")
+    forged = line(42, "bob", 1002, "x\nJobId=41 UserId=alice(1001) GroupId=alice(1001) Name=train", "2026-12-02T10:00:45")
+    log.write_text(alice)
+    b = SlurmCliBackend(SlurmBackendConfig(jobcomp_log=str(log)), runner=FakeSlurm("22.05"))  # type: ignore[arg-type]
+    assert [(r.job_id, r.runtime_s) for r in b.finished_jobs(0.0)] == [("41", 4.0)]
+    with log.open("a") as handle:
+        handle.write(forged)
+    with caplog.at_level("WARNING"):
+        found = b.finished_jobs(0.0)
+    assert [(r.job_id, r.user, r.runtime_s) for r in found] == [("41", "alice", 4.0)]
+    assert f"byte {len(alice)}" in caplog.text and "JobId=42 UserId=bob" in caplog.text
+    # a record still being written (its name holds a newline) waits, then counts once complete
+    odd = line(43, "bob", 1002, "a\nb", "2026-12-02T10:00:09")
+    with log.open("a") as handle:
+        handle.write(odd[: odd.index("\n") + 5])
+    assert [r.job_id for r in b.finished_jobs(0.0)] == ["41"]
+    with log.open("a") as handle:
+        handle.write(odd[odd.index("\n") + 5 :])
+    assert sorted(r.job_id for r in b.finished_jobs(0.0)) == ["41", "43"]
+
+
 def test_finished_jobs_log_missing_or_rotated(tmp_path):
     log = tmp_path / "jobcomp.log"
     b = SlurmCliBackend(SlurmBackendConfig(jobcomp_log=str(log)), runner=FakeSlurm("22.05"))  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from asrpt.slurm.parsing import (
     expand_nodelist,
     failed_job_ids,
     iter_jobcomp,
+    parse_jobcomp_lines,
     json_number,
     json_state,
     parse_duration_s,
@@ -379,6 +380,58 @@ def test_jobcomp_name_with_spaces_and_keys():
     assert record.exit_code == 3 and record.time_limit_s is None
     assert record.end_time_s - record.start_time_s == 1.0
     assert record.submit_time_s == parse_timestamp_s("2026-12-02T15:48:20")
+
+
+def jobcomp_line(job_id: int, user: str, uid: int, name: str, start: str, end: str, work_dir: str = "/home/x") -> str:
+    """One record as jobcomp/filetxt writes it (JOB_FORMAT of jobcomp_filetxt.c, 22.05 and 24.11)."""
+    return (f"JobId={job_id} UserId={user}({uid}) GroupId={user}({uid}) Name={name} JobState=COMPLETED "
+            f"Partition=gpu TimeLimit=60 StartTime={start} EndTime={end} NodeList=node1 NodeCnt=1 ProcCnt=1 "
+            f"WorkDir={work_dir} ReservationName= Tres=cpu=1,node=1 Account=ml QOS=normal WcKey= Cluster=c "
+            f"SubmitTime=2026-12-02T10:00:00 EligibleTime=2026-12-02T10:00:00 DerivedExitCode=0:0 ExitCode=0:0 \n")  # fmt: skip
+
+
+FORGED = "x\nJobId=41 UserId=alice(1001) GroupId=alice(1001) Name=train"
+
+
+def test_jobcomp_a_newline_in_a_job_name_cannot_forge_another_users_record():
+    """Issue 16: bob's 45 s job named FORGED wrote a second line that read as alice's job 41."""
+    alice = jobcomp_line(41, "alice", 1001, "train", "2026-12-02T10:00:00", "2026-12-02T10:00:04")
+    bob = jobcomp_line(42, "bob", 1002, FORGED, "2026-12-02T10:00:00", "2026-12-02T10:00:45")
+    for text in (alice + bob, bob + alice):
+        records, rejected, consumed = parse_jobcomp_lines(text.splitlines(), at_end=True)
+        assert [(r.job_id, r.user, r.runtime_s) for r in records] == [("41", "alice", 4.0)]
+        [bad] = rejected  # both of bob's lines, neither trusted
+        assert bad.line_count == 2 and "JobId=42 UserId=bob" in bad.text and "ambiguous" in bad.reason
+        assert consumed == 3
+    with pytest.raises(SlurmOutputMalformed):
+        list(iter_jobcomp(alice + bob))
+
+
+def test_jobcomp_a_record_whose_name_or_work_dir_holds_a_newline_is_one_record():
+    odd = jobcomp_line(42, "bob", 1002, "a\nb", "2026-12-02T10:00:00", "2026-12-02T10:00:45", work_dir="/tmp/c\nd")
+    plain = jobcomp_line(43, "bob", 1002, "p", "2026-12-02T10:00:00", "2026-12-02T10:00:05")
+    records, rejected, consumed = parse_jobcomp_lines((odd + plain).splitlines(), at_end=True)
+    assert [(r.job_id, r.name, r.runtime_s) for r in records] == [("42", "a\nb", 45.0), ("43", "p", 5.0)]
+    assert rejected == [] and consumed == 4
+    # cut after its first line: it waits for the rest instead of being judged
+    records, rejected, consumed = parse_jobcomp_lines((plain + odd).splitlines()[:2], at_end=False)
+    assert [r.job_id for r in records] == ["43"] and rejected == [] and consumed == 1
+
+
+def test_jobcomp_fields_are_read_from_their_fixed_places():
+    # a work dir that repeats the fields after it cannot move them
+    tail = (" ReservationName= Tres=cpu=1 Account=x QOS=normal WcKey= Cluster=c SubmitTime=2026-12-02T10:00:00"
+            " EligibleTime=2026-12-02T10:00:00 DerivedExitCode=0:0 ExitCode=9:0 ")  # fmt: skip
+    record = parse_jobcomp_line(jobcomp_line(7, "bob", 1002, "n", "2026-12-02T10:00:00", "2026-12-02T10:00:09", work_dir="/w" + tail))
+    assert (record.exit_code, record.runtime_s) == (0, 9.0)
+    # the fields between Name and WorkDir repeated in one of them: two readings, so neither
+    middle = (" JobState=FAILED Partition=x TimeLimit=1 StartTime=2026-12-02T10:00:00 EndTime=2026-12-02T11:00:00"
+              " NodeList=n NodeCnt=1 ProcCnt=1 WorkDir=y")  # fmt: skip
+    for name, work_dir in (("n" + middle, "/w"), ("n", "/w" + middle)):
+        with pytest.raises(SlurmOutputMalformed, match="ambiguous"):
+            parse_jobcomp_line(jobcomp_line(7, "bob", 1002, name, "2026-12-02T10:00:00", "2026-12-02T10:00:09", work_dir=work_dir))
+    with pytest.raises(SlurmOutputMalformed):  # the fields after ExitCode= are not Slurm's
+        parse_jobcomp_line(jobcomp_line(7, "bob", 1002, "n", "2026-12-02T10:00:00", "2026-12-02T10:00:09").rstrip("\n") + "Extra=1 ")
 
 
 @pytest.mark.parametrize(

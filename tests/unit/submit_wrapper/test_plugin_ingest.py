@@ -8,13 +8,19 @@ integration tests run it inside a real slurmctld).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import pwd
+import re
 import shutil
 import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +47,7 @@ from asrpt.submit_wrapper.plugin_ingest import (
 REPO = Path(__file__).resolve().parents[3]
 PLUGIN = REPO / "contrib" / "slurm" / "job_submit.lua"
 IS_ROOT = os.geteuid() == 0
+SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 NOBODY = pwd.getpwnam("nobody")
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: plugin records are root's files")
 
@@ -447,14 +454,22 @@ LUA = shutil.which("lua5.1") or shutil.which("lua5.4") or shutil.which("lua5.3")
 needs_lua = pytest.mark.skipif(LUA is None, reason="no Lua interpreter (apt-get install lua5.1)")
 
 HARNESS = r"""
--- lua HARNESS PLUGIN SPOOL_DIR SET_PRIORITY FIELDS_FILE: run slurm_job_submit once.
+-- lua HARNESS PLUGIN SPOOL_DIR SET_PRIORITY FIELDS_FILE [SETTINGS [RUNS [REMOVE_BEFORE_RUN_2]]]:
+-- run slurm_job_submit RUNS times (default once) in one Lua state, as slurmctld does.
+-- SETTINGS: "NAME=value;NAME=value" replaces those "local NAME = ..." lines of the plugin.
 local plugin, spool, set_priority, fields_file = arg[1], arg[2], arg[3], arg[4]
+local settings, runs, remove_before_2 = arg[5] or "", tonumber(arg[6] or "1"), arg[7]
 local logged = {}
 slurm = {SUCCESS = 0, ERROR = -1,
          log_info = function(fmt, ...) logged[#logged + 1] = string.format(fmt, ...) end}
 local src = io.open(plugin, "rb"):read("*a")
 src = src:gsub('\nlocal SPOOL_DIR = "[^\n]*', '\nlocal SPOOL_DIR = "' .. spool .. '"', 1)
 src = src:gsub('\nlocal SET_PRIORITY = [a-z]+', '\nlocal SET_PRIORITY = ' .. set_priority, 1)
+for name, value in settings:gmatch("([%w_]+)=([^;]*)") do
+  local count
+  src, count = src:gsub('\nlocal ' .. name .. ' = [^\n]*', '\nlocal ' .. name .. ' = ' .. value, 1)
+  assert(count == 1, "no setting " .. name)
+end
 local load_chunk = loadstring or load
 local chunk = assert(load_chunk(src))
 assert(chunk() == 0, "the script must return slurm.SUCCESS when loaded")
@@ -467,15 +482,23 @@ end
 local sf = io.open(fields_file .. ".script", "rb")
 if sf then store.script = sf:read("*a"); sf:close() end
 local job_desc = setmetatable({}, {__index = store, __newindex = function(_, k, v) store[k] = v end})
-local rc = slurm_job_submit(job_desc, {}, store.user_id)
-local rc2 = slurm_job_modify(job_desc, {}, {}, 0)
-io.write("rc=", tostring(rc), "\nmodify=", tostring(rc2), "\nadmin_comment=", tostring(store.admin_comment),
-         "\npriority=", tostring(store.priority), "\n")
+local comment, priority = store.admin_comment, store.priority
+for run = 1, runs do
+  if run == 2 and remove_before_2 ~= "" then os.remove(remove_before_2) end
+  store.admin_comment, store.priority = comment, priority
+  local rc = slurm_job_submit(job_desc, {}, store.user_id)
+  local rc2 = slurm_job_modify(job_desc, {}, {}, 0)
+  io.write("rc=", tostring(rc), "\nmodify=", tostring(rc2), "\nadmin_comment=", tostring(store.admin_comment),
+           "\npriority=", tostring(store.priority), "\nended_s=", tostring(os.time()), "\n")
+  io.flush()
+end
 for _, l in ipairs(logged) do io.write("log=", l, "\n") end
 """
 
 
-def run_plugin(tmp_path: Path, spool_dir: Path, *, script: bytes | None, set_priority: bool = False, **fields) -> dict[str, list[str]]:
+def run_plugin(tmp_path: Path, spool_dir: Path, *, script: bytes | None, set_priority: bool = False,
+               settings: str = "", runs: int = 1, remove_before_run_2: Path | None = None,
+               timeout_s: float = 30, on_timeout=None, **fields) -> dict[str, list[str]]:  # fmt: skip
     harness = tmp_path / "harness.lua"
     harness.write_text(HARNESS)
     values = {"user_id": 1001, "group_id": 1001, "user_name": "alice", "name": "trainer", "partition": "a100",
@@ -489,20 +512,73 @@ def run_plugin(tmp_path: Path, spool_dir: Path, *, script: bytes | None, set_pri
         script_file.unlink(missing_ok=True)
     else:
         script_file.write_bytes(script)
-    done = subprocess.run([LUA, str(harness), str(PLUGIN), str(spool_dir), "true" if set_priority else "false", str(fields_file)],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    argv = [LUA, str(harness), str(PLUGIN), str(spool_dir), "true" if set_priority else "false", str(fields_file),
+            settings, str(runs), str(remove_before_run_2 or "")]  # fmt: skip
+    lua = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = lua.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        if on_timeout is not None:
+            on_timeout()  # e.g. thaw a frozen file system: a process waiting on it cannot be killed
+        lua.kill()
+        lua.communicate()
+        pytest.fail(f"the plugin did not return within {timeout_s} s: it blocked")
+    assert lua.returncode == 0, stderr
     out: dict[str, list[str]] = {}
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         key, _, value = line.partition("=")
         out.setdefault(key, []).append(value)
     return out
 
 
+def fs_type(path: Path) -> str:
+    return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def mem_spool() -> Iterator[Path]:
+    """A spool directory on tmpfs (/dev/shm), where the plugin writes by default."""
+    if not Path("/dev/shm").is_dir() or fs_type(Path("/dev/shm")) != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="asrpt-test-", dir="/dev/shm"))
+    try:
+        yield make_spool(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sh(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PATH": SBIN_PATH})
+    if done.returncode != 0:
+        pytest.skip(f"{' '.join(argv)} failed: {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def mounted(tmp_path: Path, kind: str) -> Iterator[Path]:
+    """A fresh file system mounted at tmp_path/kind: "ext4" (a loop image) or "tiny-tmpfs" (64 KiB)."""
+    if not IS_ROOT:
+        pytest.skip("mounting needs root")
+    point = tmp_path / kind
+    point.mkdir()
+    if kind == "ext4":
+        image = tmp_path / "spool.img"
+        with open(image, "wb") as f:
+            f.truncate(16 << 20)
+        _sh("mkfs.ext4", "-q", "-F", str(image))
+        _sh("mount", "-o", "loop", str(image), str(point))
+    else:
+        _sh("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "asrpt-test", str(point))
+    try:
+        yield point
+    finally:
+        subprocess.run(["fsfreeze", "-u", str(point)], capture_output=True, env={**os.environ, "PATH": SBIN_PATH})
+        subprocess.run(["umount", str(point)], capture_output=True, env={**os.environ, "PATH": SBIN_PATH})
+
+
 @needs_lua
 @needs_root
-def test_lua_writes_a_record_the_daemon_reads(tmp_path):
-    spool_dir = make_spool(tmp_path)
+def test_lua_writes_a_record_the_daemon_reads(tmp_path, mem_spool):
+    spool_dir = mem_spool
     raw = SCRIPT.encode() + b"echo \xff\x01 \"q\" \\ tab\t\n#ASRPT late=1\n"
     out = run_plugin(tmp_path, spool_dir, script=raw, admin_comment="site text")
     assert out["rc"] == ["0"] and out["modify"] == ["0"] and "log" not in out
@@ -519,8 +595,8 @@ def test_lua_writes_a_record_the_daemon_reads(tmp_path):
 
 @needs_lua
 @needs_root
-def test_lua_hashes_and_copies_only_a_bounded_prefix(tmp_path):
-    spool_dir = make_spool(tmp_path)
+def test_lua_hashes_and_copies_only_a_bounded_prefix(tmp_path, mem_spool):
+    spool_dir = mem_spool
     raw = b"#!/bin/sh\n#ASRPT iterations=5\n" + b"x" * 70_000 + b"\n"
     run_plugin(tmp_path, spool_dir, script=raw)
     [record] = read_plugin_spool(spool_dir)
@@ -531,8 +607,8 @@ def test_lua_hashes_and_copies_only_a_bounded_prefix(tmp_path):
 
 @needs_lua
 @needs_root
-def test_lua_records_interactive_jobs_without_a_script(tmp_path):
-    spool_dir = make_spool(tmp_path)
+def test_lua_records_interactive_jobs_without_a_script(tmp_path, mem_spool):
+    spool_dir = mem_spool
     run_plugin(tmp_path, spool_dir, script=None, time_limit=4294967295, name="interactive")
     [record] = read_plugin_spool(spool_dir)
     assert record.interactive and record.script_text is None and record.time_limit_unlimited
@@ -541,8 +617,8 @@ def test_lua_records_interactive_jobs_without_a_script(tmp_path):
 
 @needs_lua
 @needs_root
-def test_lua_marks_later_heterogeneous_components_as_unknown(tmp_path):
-    spool_dir = make_spool(tmp_path)
+def test_lua_marks_later_heterogeneous_components_as_unknown(tmp_path, mem_spool):
+    spool_dir = mem_spool
     run_plugin(tmp_path, spool_dir, script=None, het_job_offset=1)
     run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), het_job_offset=0)
     records = sorted(read_plugin_spool(spool_dir), key=lambda r: r.het_job_offset or 0)
@@ -551,8 +627,8 @@ def test_lua_marks_later_heterogeneous_components_as_unknown(tmp_path):
 
 @needs_lua
 @pytest.mark.parametrize("broken", ["file", "missing"])
-def test_lua_with_a_broken_spool_lets_the_job_through_untouched(tmp_path, broken):
-    spool_dir = tmp_path / "spool"
+def test_lua_with_a_broken_spool_lets_the_job_through_untouched(tmp_path, mem_spool, broken):
+    spool_dir = mem_spool.parent / "spool"
     if broken == "file":
         spool_dir.write_text("not a directory")
     out = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), admin_comment="keep me")
@@ -561,8 +637,77 @@ def test_lua_with_a_broken_spool_lets_the_job_through_untouched(tmp_path, broken
 
 
 @needs_lua
-def test_lua_priority_option_lowers_only_unset_priorities(tmp_path):
+def test_lua_never_writes_to_a_spool_on_disk(tmp_path):
+    """A disk can stall (fsfreeze, a failing disk): such a spool is not written at all."""
+    if fs_type(tmp_path) in ("tmpfs", "ramfs"):
+        pytest.skip("tmp_path is on tmpfs")
     spool_dir = make_spool(tmp_path)
+    out = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), admin_comment="keep me", runs=2)
+    assert out["rc"] == ["0", "0"] and out["admin_comment"] == ["keep me", "keep me"]
+    assert os.listdir(spool_dir) == []
+    [line] = out["log"]  # rate-limited: the second drop is counted into the next line
+    assert "record dropped" in line and "not on tmpfs" in line and "1 dropped, 0 written" in line
+
+
+@needs_lua
+def test_lua_returns_at_once_when_the_spool_is_frozen(tmp_path):
+    """The reported defect: with the spool file system frozen, the write blocked slurmctld."""
+    with mounted(tmp_path, "ext4") as point:
+        spool_dir = make_spool(point)
+        _sh("fsfreeze", "-f", str(point))
+        started = time.monotonic()
+        out = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), admin_comment="keep me", timeout_s=10,
+                         on_timeout=lambda: subprocess.run(["fsfreeze", "-u", str(point)], env={**os.environ, "PATH": SBIN_PATH}))  # fmt: skip
+        elapsed_s = time.monotonic() - started
+        _sh("fsfreeze", "-u", str(point))
+        assert out["rc"] == ["0"] and out["admin_comment"] == ["keep me"] and elapsed_s < 2
+        assert "not on tmpfs" in out["log"][0]
+        assert os.listdir(spool_dir) == []
+
+
+@needs_lua
+def test_lua_stops_writing_for_a_while_after_a_slow_write(tmp_path):
+    """MEMORY_FS_ONLY = false: a write that stalls for seconds pauses writing for PAUSE_S."""
+    with mounted(tmp_path, "ext4") as point:
+        spool_dir = make_spool(point)
+        _sh("fsfreeze", "-f", str(point))
+        thaw = threading.Timer(3.0, lambda: subprocess.run(["fsfreeze", "-u", str(point)], env={**os.environ, "PATH": SBIN_PATH}))  # fmt: skip
+        thaw.start()
+        try:
+            out = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), settings="MEMORY_FS_ONLY=false", runs=3,
+                             timeout_s=20)  # fmt: skip
+        finally:
+            thaw.join()
+        [record] = read_plugin_spool(spool_dir)  # the slow one went through; the next two were dropped
+        assert out["admin_comment"] == [f"asrpt-rec:{record.token}", "nil", "nil"]
+        assert int(out["ended_s"][2]) - int(out["ended_s"][0]) <= 1  # the dropped ones did not wait
+        assert re.search(r"took [2-9] s or more: not writing for 300 s", out["log"][0]), out["log"]
+        assert not (spool_dir / ".status").exists()  # not written while paused
+
+
+@needs_lua
+@needs_root
+def test_lua_counts_drops_in_a_status_file_once_it_can(tmp_path):
+    """A full tmpfs: the record is dropped at once (ENOSPC) and counted; the next write that
+    succeeds also writes SPOOL_DIR/.status, which the daemon's ingest ignores."""
+    with mounted(tmp_path, "tiny-tmpfs") as point:
+        filler = point / "filler"
+        with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"x" * 4096)
+        out = run_plugin(tmp_path, point, script=SCRIPT.encode(), runs=2, remove_before_run_2=filler)
+        assert out["rc"] == ["0", "0"] and out["admin_comment"][0] == "nil"
+        assert "record dropped" in out["log"][0] and "cannot" in out["log"][0]
+        status = json.loads((point / ".status").read_text())
+        assert (status["format"], status["written"], status["dropped"]) == ("asrpt-plugin-status", 1, 1)
+        assert status["dropped_by"] == {"write_failed": 1} and status["last_drop_reason"] == "write_failed"
+        [record] = read_plugin_spool(point)
+        assert out["admin_comment"][1] == f"asrpt-rec:{record.token}"
+
+
+@needs_lua
+def test_lua_priority_option_lowers_only_unset_priorities(tmp_path, mem_spool):
+    spool_dir = mem_spool
     assert run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), set_priority=True)["priority"] == ["1"]
     held = run_plugin(tmp_path, spool_dir, script=SCRIPT.encode(), set_priority=True, priority=0)
     assert held["priority"] == ["0"]  # a held job stays held

@@ -18,6 +18,7 @@ Transparency details that cost a few lines each:
   ``/proc/self/environ``: the Python runtime itself may add ``LC_CTYPE=C.UTF-8`` (PEP 538
   locale coercion) to ``os.environ``, and sbatch would export that into the job;
 * ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults for sbatch;
+* sbatch's ``argv[0]`` is the name we were invoked by (:func:`invoked_name`), not its path;
 * a script on stdin is read only when the command line is fully understood and stdin is a
   pipe or a file (a terminal is left to sbatch), and handed to sbatch unchanged: a regular
   file is read with ``pread`` so its offset does not move, a pipe is copied into a memfd;
@@ -157,6 +158,33 @@ def _memfd(data: bytes) -> int:
     return fd
 
 
+def invoked_name(argv0: str | None) -> str:
+    """The ``argv[0]`` to give the real sbatch: the name the user invoked us by.
+
+    sbatch prints its ``argv[0]`` in getopt's messages (``sbatch: unrecognized option ...``) and
+    Slurm stores it in the job's SubmitLine, so it must be what the user typed, not the real
+    path. A ``#!`` script cannot see that name: the kernel replaces ``argv[0]`` by the path
+    the shell found on ``PATH`` (``sbatch`` becomes ``/usr/local/bin/sbatch``). So an absolute
+    path that is exactly where a ``PATH`` search for its base name leads is taken to have been
+    typed as the base name; any other form (``./sbatch``, ``bin/sbatch``) is kept as it is.
+    """
+    if not argv0:
+        return "sbatch"
+    if os.path.abspath(argv0) == os.path.abspath(__file__):
+        return "sbatch"  # python -m asrpt.submit_wrapper.main
+    if not argv0.startswith("/"):
+        return argv0
+    base = argv0.rpartition("/")[2]
+    for folder in os.environ.get("PATH", "").split(":"):
+        candidate = f"{folder or '.'}/{base}"
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return base if os.path.normpath(candidate) == os.path.normpath(argv0) else argv0
+    return argv0
+
+
+#: The ``argv[0]`` sbatch is run with (set by :func:`main`).
+_ARGV0 = ["sbatch"]
+
 def exec_real(real: str, args: list[str], env: dict[bytes, bytes], stdin_data: bytes | None, warnings: Warnings) -> int:
     """Replace this process with the real sbatch (returns only if exec fails)."""
     warnings.flush()
@@ -165,7 +193,7 @@ def exec_real(real: str, args: list[str], env: dict[bytes, bytes], stdin_data: b
             os.dup2(_memfd(stdin_data), 0)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
-        os.execve(real, [real, *args], env)
+        os.execve(real, [_ARGV0[0], *args], env)
     except OSError as exc:
         os.write(2, f"{PROG}: error: cannot run {real}: {exc.strerror or exc}\n".encode("utf-8", "replace"))
         return 127 if isinstance(exc, FileNotFoundError) else 126
@@ -351,8 +379,13 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``asrpt-sbatch``; returns sbatch's exit status (or execs sbatch)."""
-    args = list((sys.argv if argv is None else argv)[1:])
+    full = sys.argv if argv is None else argv
+    args = list(full[1:])
     warnings = Warnings()
+    try:
+        _ARGV0[0] = invoked_name(full[0] if full else None)
+    except Exception:  # pragma: no cover - defensive
+        _ARGV0[0] = "sbatch"
     try:
         env = original_environ()
     except Exception:  # pragma: no cover - defensive: fall back to Python's view
@@ -413,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         if stdin_fd is not None:
             actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
         try:
-            child[0] = os.posix_spawn(real, [real, *args], env, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            child[0] = os.posix_spawn(real, [_ARGV0[0], *args], env, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
         finally:
             os.close(write_fd)
             if stdin_fd is not None:

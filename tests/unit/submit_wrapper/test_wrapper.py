@@ -554,3 +554,82 @@ def test_the_wrappers_class_list_is_the_packaged_speed_tables():
     from asrpt.submit_wrapper.directives import KNOWN_WORKLOAD_CLASSES
 
     assert tuple(default_speed_table().workload_classes) == KNOWN_WORKLOAD_CLASSES
+
+
+# ---- byte-transparency: argv[0], signal dispositions, exit status (issue 16) ----------------
+
+PROBE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* An ELF sbatch for tests: a #! script cannot see its argv[0]. Writes argv[0] and the SigIgn
+   line of /proc/self/status into $PROBE_DIR, then becomes the stub with the same argv. */
+int main(int argc, char **argv) {
+    const char *dir = getenv("PROBE_DIR");
+    if (dir) {
+        char path[4096], line[512];
+        snprintf(path, sizeof path, "%s/argv0", dir);
+        FILE *out = fopen(path, "w");
+        fputs(argv[0], out);
+        fclose(out);
+        snprintf(path, sizeof path, "%s/sigign", dir);
+        out = fopen(path, "w");
+        FILE *status = fopen("/proc/self/status", "r");
+        while (fgets(line, sizeof line, status))
+            if (!strncmp(line, "SigIgn:", 7)) fputs(line + 7, out);
+        fclose(status);
+        fclose(out);
+    }
+    execv(getenv("PROBE_NEXT"), argv);
+    return 127;
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory):
+    """The compiled probe sbatch (it execs the stub after reporting)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the argv[0]/signal probe")
+    folder = tmp_path_factory.mktemp("probe")
+    (folder / "probe.c").write_text(PROBE_C)
+    subprocess.run([cc, "-O", "-o", str(folder / "probe"), str(folder / "probe.c")], check=True)
+    return folder / "probe"
+
+
+def _probe_env(tmp_path, spool, probe, **extra):
+    report = tmp_path / "report"
+    report.mkdir(exist_ok=True)
+    return base_env(tmp_path, spool, real=probe, PROBE_DIR=str(report), PROBE_NEXT=str(STUB), **extra), report
+
+
+def _ignoring(*signals):
+    def preexec():
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+    return preexec
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).with_name("asrpt-sbatch")
+    if not script.exists():
+        pytest.skip("asrpt-sbatch is not installed as a console script")
+    return script
+
+
+def test_sbatch_gets_the_name_the_user_typed_as_argv0(tmp_path, spool, job_script, probe):
+    """Installed as the shim ``sbatch`` and typed as ``sbatch``, sbatch's getopt messages and
+    Slurm's SubmitLine must say ``sbatch``, not the real path; another spelling is kept."""
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    (shim_dir / "sbatch").symlink_to(_console_script())
+    env, report = _probe_env(tmp_path, spool, probe)
+    env["PATH"] = f"{shim_dir}:{env['PATH']}"
+    for typed, expected in [("sbatch", "sbatch"), (str(shim_dir / "sbatch"), "sbatch"), ("./bin/sbatch", "./bin/sbatch")]:
+        for extra in ([], ["--help"]):  # run as a child, and exec'd
+            (report / "argv0").unlink(missing_ok=True)
+            result = subprocess.run([typed, *extra, str(job_script)], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            assert (report / "argv0").read_text() == expected, (typed, extra)

@@ -17,7 +17,9 @@ Transparency details that cost a few lines each:
 * the child gets the environment the wrapper was started with, read back from
   ``/proc/self/environ``: the Python runtime itself may add ``LC_CTYPE=C.UTF-8`` (PEP 538
   locale coercion) to ``os.environ``, and sbatch would export that into the job;
-* ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults for sbatch;
+* sbatch is run with the signal dispositions we inherited (:func:`inherited_ignored`):
+  ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults, a signal the
+  caller ignored stays ignored;
 * sbatch's ``argv[0]`` is the name we were invoked by (:func:`invoked_name`), not its path;
 * a script on stdin is read only when the command line is fully understood and stdin is a
   pipe or a file (a terminal is left to sbatch), and handed to sbatch unchanged: a regular
@@ -185,19 +187,91 @@ def invoked_name(argv0: str | None) -> str:
 #: The ``argv[0]`` sbatch is run with (set by :func:`main`).
 _ARGV0 = ["sbatch"]
 
+#: Signals whose disposition we change while sbatch runs, and those Python itself ignores.
+_HANDLED_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
+#: The signals our caller left ignored (set by :func:`main` from :func:`inherited_ignored`).
+_IGNORED: set[int] = set()
+
+
+def inherited_ignored() -> set[int]:
+    """The signals of interest that the caller left ignored (``nohup``, ``trap '' INT``).
+
+    sbatch must get exactly the dispositions we were started with: an ignored signal stays
+    ignored, everything else is at its default (exec resets caught ones). Python leaves every
+    disposition as inherited, except that it installs its SIGINT handler only over SIG_DFL (an
+    ignored SIGINT stays ignored: ``getsignal`` tells) and ignores SIGPIPE and SIGXFSZ before
+    any code of ours runs, so their inherited state is lost. For those two the default is
+    assumed (what a shell gives a command unless it was itself started with them ignored).
+    Must be called before we install any handler.
+    """
+    ignored = set()
+    for sig in _HANDLED_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            ignored.add(sig)
+    return ignored
+
+
+def _sigdef() -> tuple[int, ...]:
+    """The signals Python ignores that sbatch must get at their default."""
+    return tuple(sig for sig in _PYTHON_IGNORES if sig not in _IGNORED)
+
+
 def exec_real(real: str, args: list[str], env: dict[bytes, bytes], stdin_data: bytes | None, warnings: Warnings) -> int:
     """Replace this process with the real sbatch (returns only if exec fails)."""
     warnings.flush()
     try:
         if stdin_data is not None:
             os.dup2(_memfd(stdin_data), 0)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        for sig in _sigdef():
             signal.signal(sig, signal.SIG_DFL)
         os.execve(real, [_ARGV0[0], *args], env)
     except OSError as exc:
         os.write(2, f"{PROG}: error: cannot run {real}: {exc.strerror or exc}\n".encode("utf-8", "replace"))
         return 127 if isinstance(exc, FileNotFoundError) else 126
     return 126  # pragma: no cover - execve does not return
+
+
+def spawn(real: str, argv: list[str], env: dict[bytes, bytes], dup2: list[tuple[int, int]]) -> int:
+    """Start ``real`` as our child with the dispositions we inherited; return its pid.
+
+    fork + exec, not ``posix_spawn``: glibc's posix_spawn (2.36) leaves its internal signals
+    32 and 33 ignored in the child, and an ignored signal stays ignored across exec. Raises
+    OSError if the exec fails.
+    """
+    report_r, report_w = os.pipe()  # close-on-exec: EOF tells that the exec succeeded
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (coverage cannot follow it)
+        code = 0
+        try:
+            os.close(report_r)
+            for fd, target in dup2:
+                os.dup2(fd, target)
+            for sig in _sigdef():
+                signal.signal(sig, signal.SIG_DFL)
+            # Our handlers (caught signals) are reset to SIG_DFL by exec itself.
+            os.execve(real, argv, env)
+        except BaseException as exc:
+            code = getattr(exc, "errno", None) or 0
+        try:
+            os.write(report_w, str(code or 8).encode())  # ENOEXEC if we have no errno
+        finally:
+            os._exit(127)
+    os.close(report_w)
+    try:
+        report = b""
+        while True:
+            chunk = os.read(report_r, 32)
+            if not chunk:
+                break
+            report += chunk
+    finally:
+        os.close(report_r)
+    if report:
+        os.waitpid(pid, 0)
+        code = int(report)
+        raise OSError(code, os.strerror(code))
+    return pid
 
 
 def take_stdin(may_consume: bool) -> tuple[bytes | None, bool]:
@@ -383,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
     args = list(full[1:])
     warnings = Warnings()
     try:
+        _IGNORED.clear()
+        _IGNORED.update(inherited_ignored())
+    except Exception:  # pragma: no cover - defensive
+        pass
+    try:
         _ARGV0[0] = invoked_name(full[0] if full else None)
     except Exception:  # pragma: no cover - defensive
         _ARGV0[0] = "sbatch"
@@ -436,17 +515,20 @@ def main(argv: list[str] | None = None) -> int:
         pass
 
     try:
+        # A signal the caller ignored stays ignored, here and in sbatch (nohup sbatch --wait).
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, forward)
+            if sig not in _IGNORED:
+                signal.signal(sig, forward)
         for sig in (signal.SIGINT, signal.SIGQUIT):
-            signal.signal(sig, ignore)
+            if sig not in _IGNORED:
+                signal.signal(sig, ignore)
         read_fd, write_fd = os.pipe()
-        actions = [(os.POSIX_SPAWN_DUP2, write_fd, 1)]
+        actions = [(write_fd, 1)]
         stdin_fd = _memfd(stdin_data) if stdin_consumed and stdin_data is not None else None
         if stdin_fd is not None:
-            actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
+            actions.append((stdin_fd, 0))
         try:
-            child[0] = os.posix_spawn(real, [_ARGV0[0], *args], env, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            child[0] = spawn(real, [_ARGV0[0], *args], env, actions)
         finally:
             os.close(write_fd)
             if stdin_fd is not None:
@@ -489,11 +571,18 @@ def main(argv: list[str] | None = None) -> int:
     _, status = os.waitpid(child[0], 0)
     warnings.flush()
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
+        return _die_of(os.WTERMSIG(status))
+    return os.waitstatus_to_exitcode(status)
+
+
+def _die_of(sig: int) -> int:
+    """Die of signal ``sig`` as sbatch did (returns 128 + sig only if we survive it)."""
+    try:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
-        return 128 + sig
-    return os.waitstatus_to_exitcode(status)
+    except (OSError, ValueError):
+        pass
+    return 128 + sig
 
 
 def _record(recorder: Recorder, head: bytes, warnings: Warnings) -> None:

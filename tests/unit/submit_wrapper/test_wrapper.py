@@ -633,3 +633,41 @@ def test_sbatch_gets_the_name_the_user_typed_as_argv0(tmp_path, spool, job_scrip
             result = subprocess.run([typed, *extra, str(job_script)], env=env, cwd=tmp_path, capture_output=True, timeout=60)
             assert result.returncode == 0, result.stderr
             assert (report / "argv0").read_text() == expected, (typed, extra)
+
+
+SIGNAL_SETS = [
+    (signal.SIGHUP,),  # nohup
+    (signal.SIGINT,),  # trap '' INT
+    (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP),  # a background job of sh
+    (),
+]
+
+
+@pytest.mark.parametrize("ignored", SIGNAL_SETS, ids=["hup", "int", "int-quit-term-hup", "none"])
+@pytest.mark.parametrize("extra", [[], ["--help"]], ids=["child", "exec"])
+def test_sbatch_inherits_the_callers_signal_dispositions(tmp_path, spool, job_script, probe, ignored, extra):
+    env, report = _probe_env(tmp_path, spool, probe)
+    direct = subprocess.run([str(probe), *extra, str(job_script)], env=env, preexec_fn=_ignoring(*ignored), capture_output=True, timeout=60)
+    direct_ignored = (report / "sigign").read_text()
+    wrapped = run_wrapper([*extra, str(job_script)], env, preexec_fn=_ignoring(*ignored))
+    assert wrapped.returncode == direct.returncode == 0, wrapped.stderr
+    assert (report / "sigign").read_text() == direct_ignored
+    mask = int(direct_ignored, 16)
+    assert all(mask & (1 << (sig - 1)) for sig in ignored)
+
+
+def test_nohup_sbatch_wait_survives_a_hangup(tmp_path, spool, job_script):
+    """``nohup sbatch --wait``: a SIGHUP (the terminal closing) is ignored by sbatch as when it
+    is run directly, so the wrapper returns sbatch's status instead of dying."""
+    env = base_env(tmp_path, spool, STUB_SLEEP="1")
+    results = []
+    for argv in ([str(STUB), str(job_script)], [*wrapper_command(), str(job_script)]):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ignoring(signal.SIGHUP, signal.SIGINT))
+        assert proc.stdout.readline().startswith(b"Submitted batch job ")
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGINT)
+        results.append(proc.wait(timeout=30))
+        proc.stdout.close()
+        proc.stderr.close()
+    assert results == [0, 0]
+    assert len(records(spool)) == 1

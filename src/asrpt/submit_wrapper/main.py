@@ -19,7 +19,8 @@ Transparency details that cost a few lines each:
   locale coercion) to ``os.environ``, and sbatch would export that into the job;
 * sbatch is run with the signal dispositions we inherited (:func:`inherited_ignored`):
   ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults, a signal the
-  caller ignored stays ignored;
+  caller ignored stays ignored; a write to stdout that fails with EPIPE or EFBIG makes us die
+  of SIGPIPE or SIGXFSZ, as sbatch would have;
 * sbatch's ``argv[0]`` is the name we were invoked by (:func:`invoked_name`), not its path;
 * a script on stdin is read only when the command line is fully understood and stdin is a
   pipe or a file (a terminal is left to sbatch), and handed to sbatch unchanged: a regular
@@ -548,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     head = bytearray()
     looked = False
     stdout_ok = True
+    pending = 0  # the signal our write to stdout got instead of sbatch (EPIPE, EFBIG)
     while True:
         try:
             chunk = os.read(read_fd, 1 << 16)
@@ -558,8 +560,15 @@ def main(argv: list[str] | None = None) -> int:
         if stdout_ok:
             try:
                 _write_all(1, chunk)
-            except OSError:
+            except OSError as exc:
                 stdout_ok = False  # keep draining so that sbatch never blocks on us
+                pending = _signal_for_write_error(exc)
+                if pending:
+                    # sbatch, writing there itself, would have died of this signal now.
+                    try:
+                        os.kill(child[0], pending)
+                    except OSError:
+                        pass
         if not looked:
             head += chunk
             if b"\n" in head or len(head) > 4096:
@@ -570,9 +579,25 @@ def main(argv: list[str] | None = None) -> int:
     os.close(read_fd)
     _, status = os.waitpid(child[0], 0)
     warnings.flush()
+    if pending:
+        return _die_of(pending)
     if os.WIFSIGNALED(status):
         return _die_of(os.WTERMSIG(status))
     return os.waitstatus_to_exitcode(status)
+
+
+def _signal_for_write_error(exc: OSError) -> int:
+    """The signal sbatch would have got for this failed write to stdout (0 for none).
+
+    sbatch writes its stdout itself when run directly: a closed pipe (``sbatch | head -c0``)
+    kills it with SIGPIPE (status 141 in a shell) and a file over ``ulimit -f`` with SIGXFSZ
+    (153), unless the caller ignored those signals. Python ignores both, so we get EPIPE or
+    EFBIG instead and must turn them back into the signal.
+    """
+    import errno
+
+    sig = {errno.EPIPE: signal.SIGPIPE, errno.EFBIG: signal.SIGXFSZ}.get(exc.errno or 0, 0)
+    return 0 if sig in _IGNORED else sig
 
 
 def _die_of(sig: int) -> int:

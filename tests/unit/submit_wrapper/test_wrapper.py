@@ -671,3 +671,32 @@ def test_nohup_sbatch_wait_survives_a_hangup(tmp_path, spool, job_script):
         proc.stderr.close()
     assert results == [0, 0]
     assert len(records(spool)) == 1
+
+
+@pytest.mark.parametrize("how", ["closed pipe", "file size limit"])
+def test_a_stdout_sbatch_could_not_write_kills_the_wrapper_as_it_kills_sbatch(tmp_path, spool, job_script, how):
+    """``sbatch x | head -c0`` ends with 141 (SIGPIPE) and ``ulimit -f 0; sbatch x > f`` with
+    153 (SIGXFSZ) when sbatch runs directly; the wrapper must end the same way, with the
+    submission recorded."""
+    import resource
+
+    env = base_env(tmp_path, spool)
+    statuses = []
+    for argv in ([str(STUB)], wrapper_command()):
+        if how == "closed pipe":
+            read_end, stdout = os.pipe()
+            os.close(read_end)
+            preexec = None
+        else:
+            # stdout already at the limit; the record (a smaller new file) still fits
+            (tmp_path / "out").write_bytes(b"x" * 16384)
+            stdout = os.open(tmp_path / "out", os.O_WRONLY | os.O_APPEND)
+            preexec = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))  # noqa: E731
+        try:
+            result = subprocess.run([*argv, str(job_script)], env=env, stdout=stdout, stderr=subprocess.PIPE, preexec_fn=preexec, timeout=60)
+        finally:
+            os.close(stdout)
+        statuses.append((result.returncode, result.stderr))
+    expected = -signal.SIGPIPE if how == "closed pipe" else -signal.SIGXFSZ
+    assert statuses == [(expected, b""), (expected, b"")]
+    assert len(records(spool)) == 1

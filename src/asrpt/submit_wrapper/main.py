@@ -419,7 +419,9 @@ class Recorder:
         payload = spool.encode_record(record)
         name = spool.record_name(job_id, time.time_ns(), os.getpid(), os.urandom(3).hex())
         try:
-            self.path = spool.write_record(self.config.spool_dir, name, payload)
+            self.path = spool.write_record_bounded(self.config.spool_dir, name, payload)
+        except spool.WriteTimeout as exc:
+            self.warnings.add(f"job {job_id} was submitted but not yet recorded in {self.config.spool_dir}: {exc.strerror}")
         except OSError as exc:
             hint = ""
             if isinstance(exc, FileNotFoundError):

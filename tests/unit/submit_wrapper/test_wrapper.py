@@ -700,3 +700,46 @@ def test_a_stdout_sbatch_could_not_write_kills_the_wrapper_as_it_kills_sbatch(tm
     expected = -signal.SIGPIPE if how == "closed pipe" else -signal.SIGXFSZ
     assert statuses == [(expected, b""), (expected, b"")]
     assert len(records(spool)) == 1
+
+
+# ---- a stalled spool (issue 16) -------------------------------------------------------------
+
+STALLED_SPOOL = """
+import os, sys
+from asrpt.submit_wrapper import spool
+def stalled(spool_dir, name, payload):
+    fd = os.open(os.environ["FIFO"], os.O_WRONLY)  # no reader: blocks like a frozen file system
+    os.write(fd, payload)
+    os.close(fd)
+    return os.environ["FIFO"]
+spool.write_record = stalled
+from asrpt.submit_wrapper.main import main
+sys.exit(main(["sbatch", *sys.argv[1:]]))
+"""
+
+
+def test_a_stalled_spool_never_holds_the_user_up(tmp_path, spool, job_script):
+    """fsfreeze on the spool: the record write blocks in the kernel. The user still gets
+    sbatch's output and status at once, and the pipes close (``$(sbatch ...)`` returns)."""
+    import time
+
+    fifo = tmp_path / "frozen"
+    os.mkfifo(fifo)
+    env = base_env(tmp_path, spool, FIFO=str(fifo))
+    direct = run_stub([str(job_script)], env)
+    start = time.monotonic()
+    try:
+        wrapped = subprocess.run([sys.executable, "-c", STALLED_SPOOL, str(job_script)], env=env, capture_output=True, timeout=20)
+    finally:
+        # Thaw: let the left-behind writer finish.
+        release = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    elapsed = time.monotonic() - start
+    try:
+        assert wrapped.returncode == direct.returncode == 0
+        assert normalise(wrapped.stdout) == normalise(direct.stdout)
+        [line] = warning_lines(wrapped.stderr)
+        assert b"not yet recorded" in line and wrapped.stderr == line + b"\n"
+        assert elapsed < 5
+    finally:
+        time.sleep(0.2)
+        os.close(release)

@@ -183,3 +183,26 @@ def test_an_unknown_class_warns_at_submission_and_asrptd_schedules_the_job(setup
     assert result.returncode == 0, result.stderr
     assert f"job {job_id}: workload class 'zzz' is unknown" in result.stderr
     assert not list(setup["spool"].glob("*.json"))  # ingested, not left to fail again
+
+
+@pytest.mark.parametrize("bad", [["--time=bad"], ["--no-such-option"]], ids=["invalid value", "unknown option"])
+def test_a_rejected_command_line_leaves_a_never_ending_stdin_unread(setup, bad):
+    """``ssh host sbatch --time=bad`` with the script on a pipe that never ends: plain sbatch
+    fails at once without reading it; the wrapper must do the same."""
+    results = []
+    for shim in (False, True):
+        read_end, write_end = os.pipe()
+        try:
+            os.write(write_end, SCRIPT.encode())
+            result = _run(["sbatch", "--hold", *bad], setup, None, shim=shim, stdin=read_end, input=None)
+            os.close(write_end)
+            write_end = -1
+            left = os.read(read_end, 1 << 16)
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+        results.append((result.returncode, result.stdout, result.stderr, left))
+    assert results[0][0] != 0 and results[0][3] == SCRIPT.encode()
+    assert results[1] == results[0]
+    assert read_spool(setup["spool"]) == []

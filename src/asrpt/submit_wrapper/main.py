@@ -24,7 +24,9 @@ Transparency details that cost a few lines each:
 * sbatch's ``argv[0]`` is the name we were invoked by (:func:`invoked_name`), not its path;
 * a script on stdin is read only when the command line is fully understood and stdin is a
   pipe or a file (a terminal is left to sbatch), and handed to sbatch unchanged: a regular
-  file is read with ``pread`` so its offset does not move, a pipe is copied into a memfd;
+  file is read with ``pread`` so its offset does not move, a pipe is copied through to
+  sbatch only once sbatch reads its stdin (:class:`StdinFeeder`), so a command line sbatch
+  rejects leaves it unread;
 * ``--help``, ``--usage``, ``--version``, ``--test-only`` and ``--quiet`` (which prints no job
   id) simply exec the real sbatch: nothing to record;
 * while sbatch runs, ``SIGINT``/``SIGQUIT`` (sent by the terminal to both processes) are
@@ -40,6 +42,7 @@ lean launcher for sites that want that time back (bench/README.md has the figure
 
 from __future__ import annotations
 
+import _thread
 import os
 import stat
 import sys
@@ -275,29 +278,128 @@ def spawn(real: str, argv: list[str], env: dict[bytes, bytes], dup2: list[tuple[
     return pid
 
 
-def take_stdin(may_consume: bool) -> tuple[bytes | None, bool]:
-    """The script sbatch will read from stdin, if we can see it harmlessly.
+def take_stdin(may_feed: bool) -> tuple[bytes | None, bool]:
+    """The script sbatch will read from stdin if we can see it harmlessly, and whether to feed it.
 
-    Returns (data, consumed): ``consumed`` means a pipe was drained and ``data`` must be
-    handed to sbatch as its stdin. A regular file is read with ``pread`` (offset unchanged);
-    a terminal or device is left alone.
+    Returns (data, feed). A regular file is read with ``pread`` (offset unchanged). A pipe or
+    socket is not read here: with ``feed`` (only when the command line is fully understood)
+    a :class:`StdinFeeder` hands it to sbatch once sbatch reads it. A terminal or device is
+    left alone.
     """
     st = os.fstat(0)
     if stat.S_ISREG(st.st_mode):
         offset = os.lseek(0, 0, os.SEEK_CUR)
         return os.pread(0, MAX_SCRIPT_READ_BYTES + 1, offset), False
-    if may_consume and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
-        chunks = []
+    return None, may_feed and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode))
+
+
+#: read, pread64, readv, preadv, preadv2 by machine (``/proc/PID/syscall`` gives the number).
+_READ_SYSCALLS = {
+    "x86_64": (b"0", b"17", b"19", b"295", b"327"),
+    "aarch64": (b"63", b"65", b"67", b"69", b"286"),
+}
+#: If sbatch was never seen reading its stdin by then, the feeder starts anyway.
+STDIN_WAIT_FALLBACK_S = 2.0
+_GONE, _NOT_YET, _READING, _UNKNOWN = range(4)
+
+
+def _stdin_state(pid: int, reads: tuple[bytes, ...], depth: int = 0) -> int:
+    """Whether ``pid`` (or one of its children) is blocked reading its fd 0."""
+    try:
+        with open(f"/proc/{pid}/syscall", "rb") as handle:
+            fields = handle.read().split()
+    except FileNotFoundError:
+        return _GONE
+    except OSError:
+        return _UNKNOWN
+    if len(fields) >= 2 and fields[0] in reads and fields[1] == b"0x0":
+        return _READING
+    if depth == 0:  # a shell script standing in for sbatch reads through a child (cat)
         try:
-            while True:
-                chunk = os.read(0, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+                children = handle.read().split()
         except OSError:
-            pass  # sbatch gets what we got, as it would have
-        return b"".join(chunks), True
-    return None, False
+            children = []
+        for kid in children:
+            if _stdin_state(int(kid), reads, 1) == _READING:
+                return _READING
+    return _NOT_YET
+
+
+class StdinFeeder:
+    """Copies our stdin (a pipe or socket) into sbatch's stdin, keeping the bytes for the record.
+
+    sbatch validates its command line before it reads the script: ``sbatch --time=bad`` or an
+    option this Slurm does not know fails at once and leaves stdin unread (``ssh host sbatch
+    --time=bad`` does not wait for EOF). So nothing is read from our stdin until sbatch blocks
+    reading its own (seen in ``/proc/PID/syscall``): if sbatch exits first, stdin stays
+    untouched. sbatch then gets the bytes unchanged, as they come. Runs in a thread.
+    """
+
+    def __init__(self, feed_fd: int, pid: int) -> None:
+        self.feed_fd = feed_fd
+        self.pid = pid
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.complete = False
+        self.stop = False  # set once sbatch has been reaped
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+
+    def run(self) -> None:
+        try:
+            if self._wait_until_sbatch_reads():
+                self._copy()
+        except BaseException:  # pragma: no cover - defensive: never take the wrapper down
+            pass
+        finally:
+            try:
+                os.close(self.feed_fd)  # sbatch's EOF
+            except OSError:
+                pass
+            self.done.release()
+
+    def _wait_until_sbatch_reads(self) -> bool:
+        reads = _READ_SYSCALLS.get(os.uname().machine)
+        if reads is None:
+            return True
+        deadline = time.monotonic() + STDIN_WAIT_FALLBACK_S
+        delay = 0.0002
+        while not self.stop:
+            state = _stdin_state(self.pid, reads)
+            if state == _GONE:
+                return False
+            if state in (_READING, _UNKNOWN) or time.monotonic() > deadline:
+                return True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
+        return False
+
+    def _copy(self) -> None:
+        while True:
+            try:
+                chunk = os.read(0, 1 << 16)
+            except OSError:
+                return  # sbatch gets what we got, as it would have
+            if not chunk:
+                self.complete = True
+                return
+            if self.size <= MAX_SCRIPT_READ_BYTES:
+                self.chunks.append(chunk)
+                self.size += len(chunk)
+            try:
+                _write_all(self.feed_fd, chunk)
+            except OSError:
+                return  # sbatch stopped reading
+
+    def result(self, timeout_s: float) -> bytes | None:
+        """The whole script once sbatch had all of it, or None (not read, cut short, too big)."""
+        if not self.done.acquire(True, timeout_s):
+            return None
+        self.done.release()
+        if not self.complete or self.size > MAX_SCRIPT_READ_BYTES:
+            return None
+        return b"".join(self.chunks)
 
 
 def read_script_file(path: str) -> bytes | None:
@@ -487,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     stdin_data: bytes | None = None
-    stdin_consumed = False
+    feed = False
     try:
         if not config.spool_dir or not _std_fds_open():
             return exec_real(real, args, env, None, warnings)
@@ -495,11 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         if info.passthrough is not None:
             return exec_real(real, args, env, None, warnings)
         if info.script_source == "stdin":
-            stdin_data, stdin_consumed = take_stdin(may_consume=info.confident)
+            stdin_data, feed = take_stdin(may_feed=info.confident)
         recorder = Recorder(config, args, info, warnings)
     except Exception as exc:
         warnings.add(f"internal error before submitting: {exc!r}")
-        return exec_real(real, args, env, stdin_data if stdin_consumed else None, warnings)
+        return exec_real(real, args, env, None, warnings)
 
     # From here on sbatch runs as our child; nothing may stop us from waiting for it.
     child: list[int] = [0]
@@ -527,26 +629,47 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(sig, ignore)
         read_fd, write_fd = os.pipe()
         actions = [(write_fd, 1)]
-        stdin_fd = _memfd(stdin_data) if stdin_consumed and stdin_data is not None else None
-        if stdin_fd is not None:
-            actions.append((stdin_fd, 0))
+        feed_r, feed_w = os.pipe() if feed else (-1, -1)
+        if feed:
+            actions.append((feed_r, 0))
         try:
             child[0] = spawn(real, [_ARGV0[0], *args], env, actions)
+        except BaseException:
+            if feed:
+                os.close(feed_w)
+            raise
         finally:
             os.close(write_fd)
-            if stdin_fd is not None:
-                os.close(stdin_fd)
+            if feed:
+                os.close(feed_r)
         for signum in early:
             forward(signum, None)
     except Exception as exc:
         warnings.add(f"internal error starting {real}: {exc!r}")
-        return exec_real(real, args, env, stdin_data if stdin_consumed else None, warnings)
+        return exec_real(real, args, env, None, warnings)
 
-    try:
-        recorder.prepare(stdin_data, stdin_seen=stdin_data is not None)
-    except Exception as exc:
-        recorder.partial = None
-        warnings.add(f"internal error preparing the record: {exc!r}")
+    feeder: StdinFeeder | None = None
+    if feed:
+        feeder = StdinFeeder(feed_w, child[0])
+        try:
+            _thread.start_new_thread(feeder.run, ())
+        except Exception as exc:  # pragma: no cover - no thread: sbatch gets EOF, as it would on a closed pipe
+            feeder = None
+            os.close(feed_w)
+            warnings.add(f"internal error starting the stdin copy: {exc!r}")
+
+    def prepare() -> None:
+        try:
+            data = stdin_data
+            if feeder is not None:
+                data = feeder.result(timeout_s=1.0)  # sbatch read all of it before printing the id
+            recorder.prepare(data, stdin_seen=data is not None)
+        except Exception as exc:
+            recorder.partial = None
+            warnings.add(f"internal error preparing the record: {exc!r}")
+
+    if feeder is None:
+        prepare()  # while sbatch talks to slurmctld
 
     head = bytearray()
     looked = False
@@ -575,11 +698,13 @@ def main(argv: list[str] | None = None) -> int:
             head += chunk
             if b"\n" in head or len(head) > 4096:
                 looked = True
-                _record(recorder, head, warnings)
+                _record(recorder, head, warnings, prepare if feeder is not None else None)
     if not looked and head:
-        _record(recorder, head, warnings)
+        _record(recorder, head, warnings, prepare if feeder is not None else None)
     os.close(read_fd)
     _, status = os.waitpid(child[0], 0)
+    if feeder is not None:
+        feeder.stop = True
     warnings.flush()
     if pending:
         return _die_of(pending)
@@ -612,11 +737,13 @@ def _die_of(sig: int) -> int:
     return 128 + sig
 
 
-def _record(recorder: Recorder, head: bytes, warnings: Warnings) -> None:
+def _record(recorder: Recorder, head: bytes, warnings: Warnings, prepare: object = None) -> None:
     """Write the record if sbatch's first line names a job (a failed submission does not)."""
     try:
         job = parse_job_id(bytes(head))
         if job is not None:
+            if callable(prepare):
+                prepare()
             recorder.write(*job)
     except Exception as exc:
         warnings.add(f"internal error writing the record: {exc!r}")

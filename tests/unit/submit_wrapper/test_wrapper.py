@@ -743,3 +743,44 @@ def test_a_stalled_spool_never_holds_the_user_up(tmp_path, spool, job_script):
     finally:
         time.sleep(0.2)
         os.close(release)
+
+
+# ---- stdin is sbatch's to read, and only once it validated its command line (issue 16) ------
+
+
+def test_a_command_line_sbatch_rejects_leaves_a_piped_script_unread(tmp_path, spool):
+    """``ssh host sbatch --time=bad``: sbatch fails before it reads stdin, which never ends.
+    The wrapper must not wait for EOF, and must leave the bytes for whoever reads next."""
+    env = base_env(tmp_path, spool, STUB_EXIT="255", STUB_STDOUT_FILE="/dev/null")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, SCRIPT.encode())  # and no EOF: the writer stays open
+        wrapped = run_wrapper(["--hold"], env, stdin=read_end, timeout=20)
+        assert wrapped.returncode == 255 and wrapped.stdout == b"" and wrapped.stderr == b""
+        os.close(write_end)
+        write_end = -1
+        assert os.read(read_end, 1 << 16) == SCRIPT.encode()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    assert records(spool) == []
+
+
+def test_a_piped_script_reaches_sbatch_once_it_reads_and_is_recorded(tmp_path, spool):
+    import time
+
+    from asrpt.submit_wrapper.main import STDIN_WAIT_FALLBACK_S
+
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    env = base_env(tmp_path, spool, STUB_DIR=str(stub_dir), STUB_READ_STDIN="1")
+    start = time.monotonic()
+    result = run_wrapper(["--hold", "--parsable"], env, input=SCRIPT.encode())
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0 and result.stderr == b""
+    assert (stub_dir / "stdin").read_bytes() == SCRIPT.encode()
+    [record] = records(spool)
+    assert record["script"]["source"] == "stdin" and record["script"]["text"] == SCRIPT
+    assert record["directives"]["asrpt"]["model"] == "llama-7b"
+    assert elapsed < STDIN_WAIT_FALLBACK_S  # sbatch's read was seen, not waited out

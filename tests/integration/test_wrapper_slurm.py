@@ -94,11 +94,11 @@ def _run(argv: list[str], setup: dict, stdin: bytes | None, *, shim: bool = Fals
     return subprocess.run(argv, capture_output=True, env=setup["shim_env" if shim else "env"], cwd=setup["work"], timeout=120, **kwargs)
 
 
-def _submit_line(cluster: LocalCluster, job_id: str) -> str:
+def _submit_line(cluster: LocalCluster, job_id: str) -> str | None:
+    """The job's SubmitLine (``scontrol show job`` prints it from Slurm 23.02 on; None before)."""
     text = cluster.run("scontrol", "show", "job", job_id).stdout
     match = re.search(r"SubmitLine=(.*)", text)
-    assert match is not None, text
-    return match.group(1).strip()
+    return match.group(1).strip() if match else None
 
 
 def _slurm_user(cluster: LocalCluster, job_id: str) -> str | None:

@@ -86,16 +86,16 @@ def setup(cluster: LocalCluster, tmp_path: Path):
     return {"real": real, "wrapper": str(wrapper), "spool": spool, "work": work, "env": env, "shim_env": shim_env, "cluster": cluster}
 
 
-def _run(argv: list[str], setup: dict, stdin: bytes | None, *, shim: bool = False, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``argv``; with ``shim``, under the PATH where ``sbatch`` is the wrapper."""
-    kwargs.setdefault("input", stdin)
+def _run(argv: list[str], setup: dict, data: bytes | None, *, shim: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``argv`` with ``data`` on stdin; with ``shim``, under the PATH where ``sbatch`` is the wrapper."""
+    kwargs.setdefault("input", data)
     if "stdin" not in kwargs and kwargs["input"] is None:
         kwargs["stdin"] = subprocess.DEVNULL
     return subprocess.run(argv, capture_output=True, env=setup["shim_env" if shim else "env"], cwd=setup["work"], timeout=120, **kwargs)
 
 
 def _submit_line(cluster: LocalCluster, job_id: str) -> str | None:
-    """The job's SubmitLine (``scontrol show job`` prints it from Slurm 23.02 on; None before)."""
+    """The job's SubmitLine, or None where ``scontrol show job`` does not print it (22.05)."""
     text = cluster.run("scontrol", "show", "job", job_id).stdout
     match = re.search(r"SubmitLine=(.*)", text)
     return match.group(1).strip() if match else None

@@ -78,19 +78,27 @@ def setup(cluster: LocalCluster, tmp_path: Path):
     config = tmp_path / "asrpt.toml"
     config.write_text("")
     env = {**cluster.env, "ASRPT_CONFIG": str(config), "ASRPT_REAL_SBATCH": real, "ASRPT_SPOOL_DIR": str(spool)}
-    return {"real": real, "wrapper": str(wrapper), "spool": spool, "work": work, "env": env, "cluster": cluster}
+    # The wrapper installed as a site does it: a symlink named sbatch first on PATH.
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sbatch").symlink_to(wrapper)
+    shim_env = {**env, "PATH": f"{shim}:{env['PATH']}"}
+    return {"real": real, "wrapper": str(wrapper), "spool": spool, "work": work, "env": env, "shim_env": shim_env, "cluster": cluster}
 
 
-def _run(argv: list[str], setup: dict, stdin: bytes | None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        argv,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        capture_output=True,
-        env=setup["env"],
-        cwd=setup["work"],
-        timeout=120,
-    )
+def _run(argv: list[str], setup: dict, data: bytes | None, *, shim: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``argv`` with ``data`` on stdin; with ``shim``, under the PATH where ``sbatch`` is the wrapper."""
+    kwargs.setdefault("input", data)
+    if "stdin" not in kwargs and kwargs["input"] is None:
+        kwargs["stdin"] = subprocess.DEVNULL
+    return subprocess.run(argv, capture_output=True, env=setup["shim_env" if shim else "env"], cwd=setup["work"], timeout=120, **kwargs)
+
+
+def _submit_line(cluster: LocalCluster, job_id: str) -> str | None:
+    """The job's SubmitLine, or None where ``scontrol show job`` does not print it (22.05)."""
+    text = cluster.run("scontrol", "show", "job", job_id).stdout
+    match = re.search(r"SubmitLine=(.*)", text)
+    return match.group(1).strip() if match else None
 
 
 def _slurm_user(cluster: LocalCluster, job_id: str) -> str | None:
@@ -108,8 +116,9 @@ def test_wrapper_output_equals_plain_sbatch(setup, name, args, stdin):
     args = [a.format(script=work / "job.sh", not_batch=work / "not-batch.sh") for a in args]
     data = SCRIPT.encode() if stdin == "script" else None
 
-    direct = _run([setup["real"], *args], setup, data)
-    wrapped = _run([setup["wrapper"], *args], setup, data)
+    # Both typed as "sbatch": plain, and the wrapper installed as the shim on PATH.
+    direct = _run(["sbatch", *args], setup, data)
+    wrapped = _run(["sbatch", *args], setup, data, shim=True)
 
     assert wrapped.returncode == direct.returncode, (direct, wrapped)
     assert normalise(wrapped.stdout) == normalise(direct.stdout)
@@ -128,6 +137,9 @@ def test_wrapper_output_equals_plain_sbatch(setup, name, args, stdin):
         assert record.recurrence_group is not None and record.script_sha256 is not None
     cluster = setup["cluster"]
     assert _slurm_user(cluster, record.slurm_job_id) == "root"
+    direct_job = parse_job_id(direct.stdout)
+    assert direct_job is not None
+    assert _submit_line(cluster, record.slurm_job_id) == _submit_line(cluster, direct_job[0])  # "sbatch ...", as typed
     assert accept_record(record, lambda job_id: _slurm_user(cluster, job_id)) is True
     assert remove(record)
 
@@ -171,3 +183,26 @@ def test_an_unknown_class_warns_at_submission_and_asrptd_schedules_the_job(setup
     assert result.returncode == 0, result.stderr
     assert f"job {job_id}: workload class 'zzz' is unknown" in result.stderr
     assert not list(setup["spool"].glob("*.json"))  # ingested, not left to fail again
+
+
+@pytest.mark.parametrize("bad", [["--time=bad"], ["--no-such-option"]], ids=["invalid value", "unknown option"])
+def test_a_rejected_command_line_leaves_a_never_ending_stdin_unread(setup, bad):
+    """``ssh host sbatch --time=bad`` with the script on a pipe that never ends: plain sbatch
+    fails at once without reading it; the wrapper must do the same."""
+    results = []
+    for shim in (False, True):
+        read_end, write_end = os.pipe()
+        try:
+            os.write(write_end, SCRIPT.encode())
+            result = _run(["sbatch", "--hold", *bad], setup, None, shim=shim, stdin=read_end, input=None)
+            os.close(write_end)
+            write_end = -1
+            left = os.read(read_end, 1 << 16)
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+        results.append((result.returncode, result.stdout, result.stderr, left))
+    assert results[0][0] != 0 and results[0][3] == SCRIPT.encode()
+    assert results[1] == results[0]
+    assert read_spool(setup["spool"]) == []

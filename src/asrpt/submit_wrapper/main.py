@@ -17,10 +17,16 @@ Transparency details that cost a few lines each:
 * the child gets the environment the wrapper was started with, read back from
   ``/proc/self/environ``: the Python runtime itself may add ``LC_CTYPE=C.UTF-8`` (PEP 538
   locale coercion) to ``os.environ``, and sbatch would export that into the job;
-* ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults for sbatch;
+* sbatch is run with the signal dispositions we inherited (:func:`inherited_ignored`):
+  ``SIGPIPE`` and ``SIGXFSZ``, which Python ignores, are reset to their defaults, a signal the
+  caller ignored stays ignored; a write to stdout that fails with EPIPE or EFBIG makes us die
+  of SIGPIPE or SIGXFSZ, as sbatch would have;
+* sbatch's ``argv[0]`` is the name we were invoked by (:func:`invoked_name`), not its path;
 * a script on stdin is read only when the command line is fully understood and stdin is a
   pipe or a file (a terminal is left to sbatch), and handed to sbatch unchanged: a regular
-  file is read with ``pread`` so its offset does not move, a pipe is copied into a memfd;
+  file is read with ``pread`` so its offset does not move, a pipe is copied through to
+  sbatch only once sbatch reads its stdin (:class:`StdinFeeder`), so a command line sbatch
+  rejects leaves it unread;
 * ``--help``, ``--usage``, ``--version``, ``--test-only`` and ``--quiet`` (which prints no job
   id) simply exec the real sbatch: nothing to record;
 * while sbatch runs, ``SIGINT``/``SIGQUIT`` (sent by the terminal to both processes) are
@@ -36,6 +42,7 @@ lean launcher for sites that want that time back (bench/README.md has the figure
 
 from __future__ import annotations
 
+import _thread
 import os
 import stat
 import sys
@@ -157,44 +164,242 @@ def _memfd(data: bytes) -> int:
     return fd
 
 
+def invoked_name(argv0: str | None) -> str:
+    """The ``argv[0]`` to give the real sbatch: the name the user invoked us by.
+
+    sbatch prints its ``argv[0]`` in getopt's messages (``sbatch: unrecognized option ...``) and
+    Slurm stores it in the job's SubmitLine, so it must be what the user typed, not the real
+    path. A ``#!`` script cannot see that name: the kernel replaces ``argv[0]`` by the path
+    the shell found on ``PATH`` (``sbatch`` becomes ``/usr/local/bin/sbatch``). So an absolute
+    path that is exactly where a ``PATH`` search for its base name leads is taken to have been
+    typed as the base name; any other form (``./sbatch``, ``bin/sbatch``) is kept as it is.
+    """
+    if not argv0:
+        return "sbatch"
+    if os.path.abspath(argv0) == os.path.abspath(__file__):
+        return "sbatch"  # python -m asrpt.submit_wrapper.main
+    if not argv0.startswith("/"):
+        return argv0
+    base = argv0.rpartition("/")[2]
+    for folder in os.environ.get("PATH", "").split(":"):
+        candidate = f"{folder or '.'}/{base}"
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return base if os.path.normpath(candidate) == os.path.normpath(argv0) else argv0
+    return argv0
+
+
+#: The ``argv[0]`` sbatch is run with (set by :func:`main`).
+_ARGV0 = ["sbatch"]
+
+#: Signals whose disposition we change while sbatch runs, and those Python itself ignores.
+_HANDLED_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
+#: The signals our caller left ignored (set by :func:`main` from :func:`inherited_ignored`).
+_IGNORED: set[int] = set()
+
+
+def inherited_ignored() -> set[int]:
+    """The signals of interest that the caller left ignored (``nohup``, ``trap '' INT``).
+
+    sbatch must get exactly the dispositions we were started with: an ignored signal stays
+    ignored, everything else is at its default (exec resets caught ones). Python leaves every
+    disposition as inherited, except that it installs its SIGINT handler only over SIG_DFL (an
+    ignored SIGINT stays ignored: ``getsignal`` tells) and ignores SIGPIPE and SIGXFSZ before
+    any code of ours runs, so their inherited state is lost. For those two the default is
+    assumed (what a shell gives a command unless it was itself started with them ignored).
+    Must be called before we install any handler.
+    """
+    ignored = set()
+    for sig in _HANDLED_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            ignored.add(sig)
+    return ignored
+
+
+def _sigdef() -> tuple[int, ...]:
+    """The signals Python ignores that sbatch must get at their default."""
+    return tuple(sig for sig in _PYTHON_IGNORES if sig not in _IGNORED)
+
+
 def exec_real(real: str, args: list[str], env: dict[bytes, bytes], stdin_data: bytes | None, warnings: Warnings) -> int:
     """Replace this process with the real sbatch (returns only if exec fails)."""
     warnings.flush()
     try:
         if stdin_data is not None:
             os.dup2(_memfd(stdin_data), 0)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        for sig in _sigdef():
             signal.signal(sig, signal.SIG_DFL)
-        os.execve(real, [real, *args], env)
+        os.execve(real, [_ARGV0[0], *args], env)
     except OSError as exc:
         os.write(2, f"{PROG}: error: cannot run {real}: {exc.strerror or exc}\n".encode("utf-8", "replace"))
         return 127 if isinstance(exc, FileNotFoundError) else 126
     return 126  # pragma: no cover - execve does not return
 
 
-def take_stdin(may_consume: bool) -> tuple[bytes | None, bool]:
-    """The script sbatch will read from stdin, if we can see it harmlessly.
+def spawn(real: str, argv: list[str], env: dict[bytes, bytes], dup2: list[tuple[int, int]]) -> int:
+    """Start ``real`` as our child with the dispositions we inherited; return its pid.
 
-    Returns (data, consumed): ``consumed`` means a pipe was drained and ``data`` must be
-    handed to sbatch as its stdin. A regular file is read with ``pread`` (offset unchanged);
-    a terminal or device is left alone.
+    fork + exec, not ``posix_spawn``: glibc's posix_spawn (2.36) leaves its internal signals
+    32 and 33 ignored in the child, and an ignored signal stays ignored across exec. Raises
+    OSError if the exec fails.
+    """
+    report_r, report_w = os.pipe()  # close-on-exec: EOF tells that the exec succeeded
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (coverage cannot follow it)
+        code = 0
+        try:
+            os.close(report_r)
+            for fd, target in dup2:
+                os.dup2(fd, target)
+            for sig in _sigdef():
+                signal.signal(sig, signal.SIG_DFL)
+            # Our handlers (caught signals) are reset to SIG_DFL by exec itself.
+            os.execve(real, argv, env)
+        except BaseException as exc:
+            code = getattr(exc, "errno", None) or 0
+        try:
+            os.write(report_w, str(code or 8).encode())  # ENOEXEC if we have no errno
+        finally:
+            os._exit(127)
+    os.close(report_w)
+    try:
+        report = b""
+        while True:
+            chunk = os.read(report_r, 32)
+            if not chunk:
+                break
+            report += chunk
+    finally:
+        os.close(report_r)
+    if report:
+        os.waitpid(pid, 0)
+        code = int(report)
+        raise OSError(code, os.strerror(code))
+    return pid
+
+
+def take_stdin(may_feed: bool) -> tuple[bytes | None, bool]:
+    """The script sbatch will read from stdin if we can see it harmlessly, and whether to feed it.
+
+    Returns (data, feed). A regular file is read with ``pread`` (offset unchanged). A pipe or
+    socket is not read here: with ``feed`` (only when the command line is fully understood)
+    a :class:`StdinFeeder` hands it to sbatch once sbatch reads it. A terminal or device is
+    left alone.
     """
     st = os.fstat(0)
     if stat.S_ISREG(st.st_mode):
         offset = os.lseek(0, 0, os.SEEK_CUR)
         return os.pread(0, MAX_SCRIPT_READ_BYTES + 1, offset), False
-    if may_consume and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
-        chunks = []
+    return None, may_feed and (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode))
+
+
+#: read, pread64, readv, preadv, preadv2 by machine (``/proc/PID/syscall`` gives the number).
+_READ_SYSCALLS = {
+    "x86_64": (b"0", b"17", b"19", b"295", b"327"),
+    "aarch64": (b"63", b"65", b"67", b"69", b"286"),
+}
+#: If sbatch was never seen reading its stdin by then, the feeder starts anyway.
+STDIN_WAIT_FALLBACK_S = 2.0
+_GONE, _NOT_YET, _READING, _UNKNOWN = range(4)
+
+
+def _stdin_state(pid: int, reads: tuple[bytes, ...], depth: int = 0) -> int:
+    """Whether ``pid`` (or one of its children) is blocked reading its fd 0."""
+    try:
+        with open(f"/proc/{pid}/syscall", "rb") as handle:
+            fields = handle.read().split()
+    except FileNotFoundError:
+        return _GONE
+    except OSError:
+        return _UNKNOWN
+    if len(fields) >= 2 and fields[0] in reads and fields[1] == b"0x0":
+        return _READING
+    if depth == 0:  # a shell script standing in for sbatch reads through a child (cat)
         try:
-            while True:
-                chunk = os.read(0, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+                children = handle.read().split()
         except OSError:
-            pass  # sbatch gets what we got, as it would have
-        return b"".join(chunks), True
-    return None, False
+            children = []
+        for kid in children:
+            if _stdin_state(int(kid), reads, 1) == _READING:
+                return _READING
+    return _NOT_YET
+
+
+class StdinFeeder:
+    """Copies our stdin (a pipe or socket) into sbatch's stdin, keeping the bytes for the record.
+
+    sbatch validates its command line before it reads the script: ``sbatch --time=bad`` or an
+    option this Slurm does not know fails at once and leaves stdin unread (``ssh host sbatch
+    --time=bad`` does not wait for EOF). So nothing is read from our stdin until sbatch blocks
+    reading its own (seen in ``/proc/PID/syscall``): if sbatch exits first, stdin stays
+    untouched. sbatch then gets the bytes unchanged, as they come. Runs in a thread.
+    """
+
+    def __init__(self, feed_fd: int, pid: int) -> None:
+        self.feed_fd = feed_fd
+        self.pid = pid
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.complete = False
+        self.stop = False  # set once sbatch has been reaped
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+
+    def run(self) -> None:
+        try:
+            if self._wait_until_sbatch_reads():
+                self._copy()
+        except BaseException:  # pragma: no cover - defensive: never take the wrapper down
+            pass
+        finally:
+            try:
+                os.close(self.feed_fd)  # sbatch's EOF
+            except OSError:
+                pass
+            self.done.release()
+
+    def _wait_until_sbatch_reads(self) -> bool:
+        reads = _READ_SYSCALLS.get(os.uname().machine)
+        if reads is None:
+            return True
+        deadline = time.monotonic() + STDIN_WAIT_FALLBACK_S
+        delay = 0.0002
+        while not self.stop:
+            state = _stdin_state(self.pid, reads)
+            if state == _GONE:
+                return False
+            if state in (_READING, _UNKNOWN) or time.monotonic() > deadline:
+                return True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
+        return False
+
+    def _copy(self) -> None:
+        while True:
+            try:
+                chunk = os.read(0, 1 << 16)
+            except OSError:
+                return  # sbatch gets what we got, as it would have
+            if not chunk:
+                self.complete = True
+                return
+            if self.size <= MAX_SCRIPT_READ_BYTES:
+                self.chunks.append(chunk)
+                self.size += len(chunk)
+            try:
+                _write_all(self.feed_fd, chunk)
+            except OSError:
+                return  # sbatch stopped reading
+
+    def result(self, timeout_s: float) -> bytes | None:
+        """The whole script once sbatch had all of it, or None (not read, cut short, too big)."""
+        if not self.done.acquire(True, timeout_s):
+            return None
+        self.done.release()
+        if not self.complete or self.size > MAX_SCRIPT_READ_BYTES:
+            return None
+        return b"".join(self.chunks)
 
 
 def read_script_file(path: str) -> bytes | None:
@@ -316,7 +521,9 @@ class Recorder:
         payload = spool.encode_record(record)
         name = spool.record_name(job_id, time.time_ns(), os.getpid(), os.urandom(3).hex())
         try:
-            self.path = spool.write_record(self.config.spool_dir, name, payload)
+            self.path = spool.write_record_bounded(self.config.spool_dir, name, payload)
+        except spool.WriteTimeout as exc:
+            self.warnings.add(f"job {job_id} was submitted but not yet recorded in {self.config.spool_dir}: {exc.strerror}")
         except OSError as exc:
             hint = ""
             if isinstance(exc, FileNotFoundError):
@@ -351,8 +558,18 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``asrpt-sbatch``; returns sbatch's exit status (or execs sbatch)."""
-    args = list((sys.argv if argv is None else argv)[1:])
+    full = sys.argv if argv is None else argv
+    args = list(full[1:])
     warnings = Warnings()
+    try:
+        _IGNORED.clear()
+        _IGNORED.update(inherited_ignored())
+    except Exception:  # pragma: no cover - defensive
+        pass
+    try:
+        _ARGV0[0] = invoked_name(full[0] if full else None)
+    except Exception:  # pragma: no cover - defensive
+        _ARGV0[0] = "sbatch"
     try:
         env = original_environ()
     except Exception:  # pragma: no cover - defensive: fall back to Python's view
@@ -372,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     stdin_data: bytes | None = None
-    stdin_consumed = False
+    feed = False
     try:
         if not config.spool_dir or not _std_fds_open():
             return exec_real(real, args, env, None, warnings)
@@ -380,11 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         if info.passthrough is not None:
             return exec_real(real, args, env, None, warnings)
         if info.script_source == "stdin":
-            stdin_data, stdin_consumed = take_stdin(may_consume=info.confident)
+            stdin_data, feed = take_stdin(may_feed=info.confident)
         recorder = Recorder(config, args, info, warnings)
     except Exception as exc:
         warnings.add(f"internal error before submitting: {exc!r}")
-        return exec_real(real, args, env, stdin_data if stdin_consumed else None, warnings)
+        return exec_real(real, args, env, None, warnings)
 
     # From here on sbatch runs as our child; nothing may stop us from waiting for it.
     child: list[int] = [0]
@@ -403,36 +620,61 @@ def main(argv: list[str] | None = None) -> int:
         pass
 
     try:
+        # A signal the caller ignored stays ignored, here and in sbatch (nohup sbatch --wait).
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, forward)
+            if sig not in _IGNORED:
+                signal.signal(sig, forward)
         for sig in (signal.SIGINT, signal.SIGQUIT):
-            signal.signal(sig, ignore)
+            if sig not in _IGNORED:
+                signal.signal(sig, ignore)
         read_fd, write_fd = os.pipe()
-        actions = [(os.POSIX_SPAWN_DUP2, write_fd, 1)]
-        stdin_fd = _memfd(stdin_data) if stdin_consumed and stdin_data is not None else None
-        if stdin_fd is not None:
-            actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
+        actions = [(write_fd, 1)]
+        feed_r, feed_w = os.pipe() if feed else (-1, -1)
+        if feed:
+            actions.append((feed_r, 0))
         try:
-            child[0] = os.posix_spawn(real, [real, *args], env, file_actions=actions, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            child[0] = spawn(real, [_ARGV0[0], *args], env, actions)
+        except BaseException:
+            if feed:
+                os.close(feed_w)
+            raise
         finally:
             os.close(write_fd)
-            if stdin_fd is not None:
-                os.close(stdin_fd)
+            if feed:
+                os.close(feed_r)
         for signum in early:
             forward(signum, None)
     except Exception as exc:
         warnings.add(f"internal error starting {real}: {exc!r}")
-        return exec_real(real, args, env, stdin_data if stdin_consumed else None, warnings)
+        return exec_real(real, args, env, None, warnings)
 
-    try:
-        recorder.prepare(stdin_data, stdin_seen=stdin_data is not None)
-    except Exception as exc:
-        recorder.partial = None
-        warnings.add(f"internal error preparing the record: {exc!r}")
+    feeder: StdinFeeder | None = None
+    if feed:
+        feeder = StdinFeeder(feed_w, child[0])
+        try:
+            _thread.start_new_thread(feeder.run, ())
+        except Exception as exc:  # pragma: no cover - no thread: sbatch gets EOF, as it would on a closed pipe
+            feeder = None
+            os.close(feed_w)
+            warnings.add(f"internal error starting the stdin copy: {exc!r}")
+
+    def prepare() -> None:
+        try:
+            data = stdin_data
+            if feeder is not None:
+                data = feeder.result(timeout_s=1.0)  # sbatch read all of it before printing the id
+            recorder.prepare(data, stdin_seen=data is not None)
+        except Exception as exc:
+            recorder.partial = None
+            warnings.add(f"internal error preparing the record: {exc!r}")
+
+    if feeder is None:
+        prepare()  # while sbatch talks to slurmctld
 
     head = bytearray()
     looked = False
     stdout_ok = True
+    pending = 0  # the signal our write to stdout got instead of sbatch (EPIPE, EFBIG)
     while True:
         try:
             chunk = os.read(read_fd, 1 << 16)
@@ -443,31 +685,65 @@ def main(argv: list[str] | None = None) -> int:
         if stdout_ok:
             try:
                 _write_all(1, chunk)
-            except OSError:
+            except OSError as exc:
                 stdout_ok = False  # keep draining so that sbatch never blocks on us
+                pending = _signal_for_write_error(exc)
+                if pending:
+                    # sbatch, writing there itself, would have died of this signal now.
+                    try:
+                        os.kill(child[0], pending)
+                    except OSError:
+                        pass
         if not looked:
             head += chunk
             if b"\n" in head or len(head) > 4096:
                 looked = True
-                _record(recorder, head, warnings)
+                _record(recorder, head, warnings, prepare if feeder is not None else None)
     if not looked and head:
-        _record(recorder, head, warnings)
+        _record(recorder, head, warnings, prepare if feeder is not None else None)
     os.close(read_fd)
     _, status = os.waitpid(child[0], 0)
+    if feeder is not None:
+        feeder.stop = True
     warnings.flush()
+    if pending:
+        return _die_of(pending)
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig
+        return _die_of(os.WTERMSIG(status))
     return os.waitstatus_to_exitcode(status)
 
 
-def _record(recorder: Recorder, head: bytes, warnings: Warnings) -> None:
+def _signal_for_write_error(exc: OSError) -> int:
+    """The signal sbatch would have got for this failed write to stdout (0 for none).
+
+    sbatch writes its stdout itself when run directly: a closed pipe (``sbatch | head -c0``)
+    kills it with SIGPIPE (status 141 in a shell) and a file over ``ulimit -f`` with SIGXFSZ
+    (153), unless the caller ignored those signals. Python ignores both, so we get EPIPE or
+    EFBIG instead and must turn them back into the signal.
+    """
+    import errno
+
+    sig = {errno.EPIPE: signal.SIGPIPE, errno.EFBIG: signal.SIGXFSZ}.get(exc.errno or 0, 0)
+    return 0 if sig in _IGNORED else sig
+
+
+def _die_of(sig: int) -> int:
+    """Die of signal ``sig`` as sbatch did (returns 128 + sig only if we survive it)."""
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass
+    return 128 + sig
+
+
+def _record(recorder: Recorder, head: bytes, warnings: Warnings, prepare: object = None) -> None:
     """Write the record if sbatch's first line names a job (a failed submission does not)."""
     try:
         job = parse_job_id(bytes(head))
         if job is not None:
+            if callable(prepare):
+                prepare()
             recorder.write(*job)
     except Exception as exc:
         warnings.add(f"internal error writing the record: {exc!r}")

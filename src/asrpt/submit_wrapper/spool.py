@@ -7,7 +7,9 @@ where users submit and the daemon runs (the wrapper never creates it)::
     install -d -m 1777 -o root -g root /var/spool/asrpt
     install -d -m 0700 -o root -g root /var/spool/asrpt/rejected
 
-Writing never waits: no lock, no network, no fsync. The record is written to a hidden temp
+Writing never waits: no lock, no network, no fsync, and the wrapper gives the write at most
+:data:`WRITE_TIMEOUT_S` (:func:`write_record_bounded`), so even a frozen file system does not
+hold the user up. The record is written to a hidden temp
 file (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600 whatever the umask) and renamed to its final
 name, so a reader sees a whole record or nothing. The directory must be on a local file
 system; on NFS a hung server would make the write wait.
@@ -60,6 +62,7 @@ Nothing in a record is trusted by the daemon except through the file's owner; se
 from __future__ import annotations
 
 import os
+import time
 
 FORMAT = "asrpt-submission"
 FORMAT_VERSION = 1
@@ -152,6 +155,72 @@ def write_record(spool_dir: str, name: str, payload: bytes) -> str:
             pass
         raise
     return final
+
+
+#: How long the wrapper waits for a record to be written before it lets the user go.
+WRITE_TIMEOUT_S = 0.5
+
+
+class WriteTimeout(OSError):
+    """The spool did not take the record in time (the write goes on in the background)."""
+
+
+def write_record_bounded(spool_dir: str, name: str, payload: bytes, timeout_s: float = WRITE_TIMEOUT_S) -> str:
+    """:func:`write_record` in a forked child, waited for at most ``timeout_s`` seconds.
+
+    A frozen (``fsfreeze``) or hung file system blocks open/write/rename in the kernel, where
+    no timeout reaches; a thread stuck there would also keep the process from exiting. The
+    child closes every file descriptor but its report pipe first, so a stuck child holds
+    nothing of the user's (``$(sbatch ...)`` reads stdout until EOF) and is simply left
+    behind: it finishes the record if the file system comes back. Raises OSError as
+    :func:`write_record` does, and :class:`WriteTimeout` when the time is up.
+    """
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (coverage cannot follow it)
+        message = b"?"
+        try:
+            try:
+                import _signal as signal
+            except ImportError:
+                import signal  # type: ignore[no-redef]
+            for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+                if callable(signal.getsignal(sig)):  # the wrapper's handlers, not an inherited SIG_IGN
+                    signal.signal(sig, signal.SIG_DFL)
+            os.closerange(0, report_w)
+            os.closerange(report_w + 1, 1 << 20)
+            try:
+                message = b"+" + os.fsencode(write_record(spool_dir, name, payload))
+            except OSError as exc:
+                message = b"-%d %s" % (exc.errno or 0, os.fsencode(exc.strerror or str(exc)))
+        except BaseException:
+            pass
+        try:
+            os.write(report_w, message)
+        finally:
+            os._exit(0)
+    os.close(report_w)
+    try:
+        # Polling waitpid costs less than importing select; a record takes about a millisecond.
+        deadline = time.monotonic() + timeout_s
+        delay = 0.0001
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() >= deadline:
+                raise WriteTimeout(0, f"the spool did not take the record within {timeout_s:g} s (a frozen or hung file system?); it is written when the file system answers")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.005)
+        report = os.read(report_r, 1 << 16)
+    finally:
+        os.close(report_r)
+    if report.startswith(b"+"):
+        return os.fsdecode(report[1:])
+    if report.startswith(b"-"):
+        code, _, text = report[1:].partition(b" ")
+        errno_ = int(code or 0)
+        if errno_ == 2:
+            raise FileNotFoundError(errno_, text.decode("utf-8", "replace"))
+        raise OSError(errno_, text.decode("utf-8", "replace"))
+    raise OSError(0, "the process writing the record failed")
 
 
 # ``json`` costs more to import than the whole record costs to write; records only hold

@@ -154,3 +154,37 @@ def test_sha256_without_hashlib_matches_hashlib():
     from asrpt.submit_wrapper.main import sha256_hex
 
     assert sha256_hex(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+def test_bounded_write_writes_the_record_and_reports_errors(tmp_path):
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    path = spool.write_record_bounded(str(spool_dir), "r.json", b'{"a": 1}')
+    assert path == str(spool_dir / "r.json") and (spool_dir / "r.json").read_bytes() == b'{"a": 1}'
+    with pytest.raises(FileNotFoundError):
+        spool.write_record_bounded(str(tmp_path / "absent"), "r.json", b"{}")
+    os.chmod(spool_dir, 0o500)
+    try:
+        if os.getuid() != 0:
+            with pytest.raises(PermissionError):
+                spool.write_record_bounded(str(spool_dir), "s.json", b"{}")
+    finally:
+        os.chmod(spool_dir, 0o700)
+
+
+def test_bounded_write_gives_up_on_a_stalled_file_system(tmp_path, monkeypatch):
+    import time
+
+    fifo = tmp_path / "frozen"
+    os.mkfifo(fifo)
+
+    def stalled(spool_dir, name, payload):
+        os.open(fifo, os.O_WRONLY)  # blocks: no reader
+        return "never"
+
+    monkeypatch.setattr(spool, "write_record", stalled)
+    start = time.monotonic()
+    with pytest.raises(spool.WriteTimeout):
+        spool.write_record_bounded(str(tmp_path), "r.json", b"{}", timeout_s=0.2)
+    assert time.monotonic() - start < 2
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the child go

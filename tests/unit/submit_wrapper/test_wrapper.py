@@ -554,3 +554,233 @@ def test_the_wrappers_class_list_is_the_packaged_speed_tables():
     from asrpt.submit_wrapper.directives import KNOWN_WORKLOAD_CLASSES
 
     assert tuple(default_speed_table().workload_classes) == KNOWN_WORKLOAD_CLASSES
+
+
+# ---- byte-transparency: argv[0], signal dispositions, exit status (issue 16) ----------------
+
+PROBE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* An ELF sbatch for tests: a #! script cannot see its argv[0]. Writes argv[0] and the SigIgn
+   line of /proc/self/status into $PROBE_DIR, then becomes the stub with the same argv. */
+int main(int argc, char **argv) {
+    const char *dir = getenv("PROBE_DIR");
+    if (dir) {
+        char path[4096], line[512];
+        snprintf(path, sizeof path, "%s/argv0", dir);
+        FILE *out = fopen(path, "w");
+        fputs(argv[0], out);
+        fclose(out);
+        snprintf(path, sizeof path, "%s/sigign", dir);
+        out = fopen(path, "w");
+        FILE *status = fopen("/proc/self/status", "r");
+        while (fgets(line, sizeof line, status))
+            if (!strncmp(line, "SigIgn:", 7)) fputs(line + 7, out);
+        fclose(status);
+        fclose(out);
+    }
+    execv(getenv("PROBE_NEXT"), argv);
+    return 127;
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory):
+    """The compiled probe sbatch (it execs the stub after reporting)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the argv[0]/signal probe")
+    folder = tmp_path_factory.mktemp("probe")
+    (folder / "probe.c").write_text(PROBE_C)
+    subprocess.run([cc, "-O", "-o", str(folder / "probe"), str(folder / "probe.c")], check=True)
+    return folder / "probe"
+
+
+def _probe_env(tmp_path, spool, probe, **extra):
+    report = tmp_path / "report"
+    report.mkdir(exist_ok=True)
+    return base_env(tmp_path, spool, real=probe, PROBE_DIR=str(report), PROBE_NEXT=str(STUB), **extra), report
+
+
+def _ignoring(*signals):
+    def preexec():
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+    return preexec
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).with_name("asrpt-sbatch")
+    if not script.exists():
+        pytest.skip("asrpt-sbatch is not installed as a console script")
+    return script
+
+
+def test_sbatch_gets_the_name_the_user_typed_as_argv0(tmp_path, spool, job_script, probe):
+    """Installed as the shim ``sbatch`` and typed as ``sbatch``, sbatch's getopt messages and
+    Slurm's SubmitLine must say ``sbatch``, not the real path; another spelling is kept."""
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    (shim_dir / "sbatch").symlink_to(_console_script())
+    env, report = _probe_env(tmp_path, spool, probe)
+    env["PATH"] = f"{shim_dir}:{env['PATH']}"
+    for typed, expected in [("sbatch", "sbatch"), (str(shim_dir / "sbatch"), "sbatch"), ("./bin/sbatch", "./bin/sbatch")]:
+        for extra in ([], ["--help"]):  # run as a child, and exec'd
+            (report / "argv0").unlink(missing_ok=True)
+            result = subprocess.run([typed, *extra, str(job_script)], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            assert (report / "argv0").read_text() == expected, (typed, extra)
+
+
+SIGNAL_SETS = [
+    (signal.SIGHUP,),  # nohup
+    (signal.SIGINT,),  # trap '' INT
+    (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP),  # a background job of sh
+    (),
+]
+
+
+@pytest.mark.parametrize("ignored", SIGNAL_SETS, ids=["hup", "int", "int-quit-term-hup", "none"])
+@pytest.mark.parametrize("extra", [[], ["--help"]], ids=["child", "exec"])
+def test_sbatch_inherits_the_callers_signal_dispositions(tmp_path, spool, job_script, probe, ignored, extra):
+    env, report = _probe_env(tmp_path, spool, probe)
+    direct = subprocess.run([str(probe), *extra, str(job_script)], env=env, preexec_fn=_ignoring(*ignored), capture_output=True, timeout=60)
+    direct_ignored = (report / "sigign").read_text()
+    wrapped = run_wrapper([*extra, str(job_script)], env, preexec_fn=_ignoring(*ignored))
+    assert wrapped.returncode == direct.returncode == 0, wrapped.stderr
+    assert (report / "sigign").read_text() == direct_ignored
+    mask = int(direct_ignored, 16)
+    assert all(mask & (1 << (sig - 1)) for sig in ignored)
+
+
+def test_nohup_sbatch_wait_survives_a_hangup(tmp_path, spool, job_script):
+    """``nohup sbatch --wait``: a SIGHUP (the terminal closing) is ignored by sbatch as when it
+    is run directly, so the wrapper returns sbatch's status instead of dying."""
+    env = base_env(tmp_path, spool, STUB_SLEEP="1")
+    results = []
+    for argv in ([str(STUB), str(job_script)], [*wrapper_command(), str(job_script)]):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ignoring(signal.SIGHUP, signal.SIGINT))
+        assert proc.stdout.readline().startswith(b"Submitted batch job ")
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGINT)
+        results.append(proc.wait(timeout=30))
+        proc.stdout.close()
+        proc.stderr.close()
+    assert results == [0, 0]
+    assert len(records(spool)) == 1
+
+
+@pytest.mark.parametrize("how", ["closed pipe", "file size limit"])
+def test_a_stdout_sbatch_could_not_write_kills_the_wrapper_as_it_kills_sbatch(tmp_path, spool, job_script, how):
+    """``sbatch x | head -c0`` ends with 141 (SIGPIPE) and ``ulimit -f 0; sbatch x > f`` with
+    153 (SIGXFSZ) when sbatch runs directly; the wrapper must end the same way, with the
+    submission recorded."""
+    import resource
+
+    env = base_env(tmp_path, spool)
+    statuses = []
+    for argv in ([str(STUB)], wrapper_command()):
+        if how == "closed pipe":
+            read_end, stdout = os.pipe()
+            os.close(read_end)
+            preexec = None
+        else:
+            # stdout already at the limit; the record (a smaller new file) still fits
+            (tmp_path / "out").write_bytes(b"x" * 16384)
+            stdout = os.open(tmp_path / "out", os.O_WRONLY | os.O_APPEND)
+            preexec = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))  # noqa: E731
+        try:
+            result = subprocess.run([*argv, str(job_script)], env=env, stdout=stdout, stderr=subprocess.PIPE, preexec_fn=preexec, timeout=60)
+        finally:
+            os.close(stdout)
+        statuses.append((result.returncode, result.stderr))
+    expected = -signal.SIGPIPE if how == "closed pipe" else -signal.SIGXFSZ
+    assert statuses == [(expected, b""), (expected, b"")]
+    assert len(records(spool)) == 1
+
+
+# ---- a stalled spool (issue 16) -------------------------------------------------------------
+
+STALLED_SPOOL = """
+import os, sys
+from asrpt.submit_wrapper import spool
+def stalled(spool_dir, name, payload):
+    fd = os.open(os.environ["FIFO"], os.O_WRONLY)  # no reader: blocks like a frozen file system
+    os.write(fd, payload)
+    os.close(fd)
+    return os.environ["FIFO"]
+spool.write_record = stalled
+from asrpt.submit_wrapper.main import main
+sys.exit(main(["sbatch", *sys.argv[1:]]))
+"""
+
+
+def test_a_stalled_spool_never_holds_the_user_up(tmp_path, spool, job_script):
+    """fsfreeze on the spool: the record write blocks in the kernel. The user still gets
+    sbatch's output and status at once, and the pipes close (``$(sbatch ...)`` returns)."""
+    import time
+
+    fifo = tmp_path / "frozen"
+    os.mkfifo(fifo)
+    env = base_env(tmp_path, spool, FIFO=str(fifo))
+    direct = run_stub([str(job_script)], env)
+    start = time.monotonic()
+    try:
+        wrapped = subprocess.run([sys.executable, "-c", STALLED_SPOOL, str(job_script)], env=env, capture_output=True, timeout=20)
+    finally:
+        # Thaw: let the left-behind writer finish.
+        release = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    elapsed = time.monotonic() - start
+    try:
+        assert wrapped.returncode == direct.returncode == 0
+        assert normalise(wrapped.stdout) == normalise(direct.stdout)
+        [line] = warning_lines(wrapped.stderr)
+        assert b"not yet recorded" in line and wrapped.stderr == line + b"\n"
+        assert elapsed < 5
+    finally:
+        time.sleep(0.2)
+        os.close(release)
+
+
+# ---- stdin is sbatch's to read, and only once it validated its command line (issue 16) ------
+
+
+def test_a_command_line_sbatch_rejects_leaves_a_piped_script_unread(tmp_path, spool):
+    """``ssh host sbatch --time=bad``: sbatch fails before it reads stdin, which never ends.
+    The wrapper must not wait for EOF, and must leave the bytes for whoever reads next."""
+    env = base_env(tmp_path, spool, STUB_EXIT="255", STUB_STDOUT_FILE="/dev/null")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, SCRIPT.encode())  # and no EOF: the writer stays open
+        wrapped = run_wrapper(["--hold"], env, stdin=read_end, timeout=20)
+        assert wrapped.returncode == 255 and wrapped.stdout == b"" and wrapped.stderr == b""
+        os.close(write_end)
+        write_end = -1
+        assert os.read(read_end, 1 << 16) == SCRIPT.encode()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    assert records(spool) == []
+
+
+def test_a_piped_script_reaches_sbatch_once_it_reads_and_is_recorded(tmp_path, spool):
+    import time
+
+    from asrpt.submit_wrapper.main import STDIN_WAIT_FALLBACK_S
+
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    env = base_env(tmp_path, spool, STUB_DIR=str(stub_dir), STUB_READ_STDIN="1")
+    start = time.monotonic()
+    result = run_wrapper(["--hold", "--parsable"], env, input=SCRIPT.encode())
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0 and result.stderr == b""
+    assert (stub_dir / "stdin").read_bytes() == SCRIPT.encode()
+    [record] = records(spool)
+    assert record["script"]["source"] == "stdin" and record["script"]["text"] == SCRIPT
+    assert record["directives"]["asrpt"]["model"] == "llama-7b"
+    assert elapsed < STDIN_WAIT_FALLBACK_S  # sbatch's read was seen, not waited out

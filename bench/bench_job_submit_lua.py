@@ -40,7 +40,7 @@ SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 HEADER = """#!/bin/bash
 #SBATCH --job-name=bench -o /dev/null
 #SBATCH -p a100 --gres=gpu:a100:2 --time=30
-#ASRPT model=llama-7b class=llm parallel=2x1x1 micro_batches=4 iterations=1000
+#ASRPT model=llama-7b class=lm parallel=2x1x1 micro_batches=4 iterations=1000
 """
 
 

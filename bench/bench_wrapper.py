@@ -46,7 +46,7 @@ from asrpt.submit_wrapper.launcher import write_launcher
 SCRIPT = """#!/bin/bash
 #SBATCH --job-name=bench --time=10
 #SBATCH --gres=gpu:1
-#ASRPT model=llama-7b class=llm parallel=1x1x1 micro_batches=4 iterations=1000
+#ASRPT model=llama-7b class=lm parallel=1x1x1 micro_batches=4 iterations=1000
 srun hostname
 """
 STUB = '#!/bin/sh\necho "Submitted batch job $$"\n'

@@ -42,7 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from asrpt.core.model import Job, Node
+from asrpt.core.model import Job, Node, derived_shape
 from asrpt.core.speed import SpeedTable
 from asrpt.exceptions import AsrptError, ConfigError
 from asrpt.sim.clusters import ClusterSpec
@@ -201,13 +201,15 @@ def scaled_cluster(base: ClusterSpec, nodes_by_partition: dict[str, int], *, nam
 
 
 def _node_floor(jobs: Sequence[Job], cluster: ClusterSpec) -> dict[str, int]:
-    """Nodes each partition needs so that every job that may run there still fits there."""
+    """Nodes each partition needs so that every job that may run there still fits there, in the
+    shape it asks for (a prime 17 on 8-GPU nodes needs 17 nodes, not ceil(17/8) = 3)."""
     per_node = {p.name: cluster.accelerators_per_node(p.name) for p in cluster.partitions}
     floor = {p: 1 for p in per_node}
     for job in jobs:
         for partition in cluster.partitions:
             if job.allows(partition):
-                need = math.ceil(job.accelerators / per_node[partition.name])
+                shape = job.request_shape
+                need = shape.nodes if shape.nodes is not None else derived_shape(job.accelerators, per_node[partition.name])[0]
                 if need > floor[partition.name]:
                     floor[partition.name] = need
     return floor

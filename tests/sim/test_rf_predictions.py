@@ -38,7 +38,10 @@ class CheckedRandomForest(RandomForestPredictions):
         past = [row for row in self._finished if row.end_time_s < job.submit_time_s]
         rebuilt = build_features([*past, own])[-1:]
         np.testing.assert_array_equal(self._arrived[job.job_id], rebuilt[0])
-        slow = 0.0 if self._model is None else float(self._model.predict(rebuilt)[0])
+        if self._model is None:
+            slow = self._before_first_fit(rebuilt[0])
+        else:
+            slow = float(self._model.predict(rebuilt)[0])
         self.checked.append((job.submit_time_s, fast, slow))
         return fast
 
@@ -85,10 +88,11 @@ def test_runs_finishing_at_the_submission_second_do_not_count() -> None:
 
 
 def test_make_predictions_passes_the_unseen_policy() -> None:
-    from asrpt.sim.predictors import make_predictions
+    from asrpt.sim.predictors import DEFAULT_RF_UNSEEN_POLICY, make_predictions
 
-    assert make_predictions("rf").unseen_policy == "zero"
-    assert make_predictions("rf", rf_unseen_policy="model").unseen_policy == "model"
+    assert make_predictions("rf").unseen_policy == DEFAULT_RF_UNSEEN_POLICY
+    assert make_predictions("rf", rf_unseen_policy="zero").unseen_policy == "zero"
+    assert make_predictions("rf", rf_estimate="mean").estimate == "mean"
 
 
 def test_late_submissions_and_adopted_runs_fall_back_to_the_rebuild() -> None:

@@ -21,6 +21,14 @@ decides: ``"zero"`` is the A-SRPT paper's choice (predict 0 so that new jobs run
 reveal their length quickly, with :func:`raise_underestimate` correcting the order as they
 run), ``"fallback"`` uses the median chain alone (group, then user, then global), and
 ``"model"`` applies the forest's correction to it as for any other job.
+
+``estimate`` is which point of the trees' distribution a prediction is. ``"median"`` (the
+paper's forest, and the default before issue 15) averages the trees in log space, about the
+median run. A non-preemptive order minimises mean completion time by *expected* work, and a
+right-skewed run length has a mean above its median, the more so the less the model knows:
+``"mean"`` averages the trees' predictions in linear space (each tree a sample of the
+conditional run length), ``"lognormal"`` is exp(mu + sigma^2/2) with mu and sigma the mean
+and spread of the trees in log space.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from asrpt.predict.features import COLUMN, FEATURE_NAMES, MISSING
 
 UNSEEN_POLICIES: tuple[str, ...] = ("zero", "fallback", "model")
+#: Point estimates of the forest's distribution (module docstring).
+ESTIMATES: tuple[str, ...] = ("median", "mean", "lognormal")
 
 #: Up to this many rows, :meth:`IterationPredictor._forest_mean` walks the trees itself; beyond
 #: it scikit-learn's batched (and, with ``n_jobs``, parallel) predict is the faster.
@@ -66,6 +76,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         ``"zero"``, ``"fallback"`` or ``"model"`` (see the module docstring).
     n_jobs:
         Parallel workers for fitting and predicting (scikit-learn's meaning).
+    estimate:
+        ``"median"``, ``"mean"`` or ``"lognormal"``: which point of the trees' distribution
+        a prediction is (see the module docstring).
 
     Attributes
     ----------
@@ -90,6 +103,7 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         random_state: int | None = None,
         unseen_policy: str = "fallback",
         n_jobs: int | None = None,
+        estimate: str = "median",
     ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -99,6 +113,7 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.unseen_policy = unseen_policy
         self.n_jobs = n_jobs
+        self.estimate = estimate
 
     def fit(self, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> IterationPredictor:
         """Fit on feature rows ``X`` and iterations ``y`` (>= 0). Returns ``self``."""
@@ -106,6 +121,8 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"unseen_policy must be one of {UNSEEN_POLICIES}, got {self.unseen_policy!r}"
             )
+        if self.estimate not in ESTIMATES:
+            raise ValueError(f"estimate must be one of {ESTIMATES}, got {self.estimate!r}")
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         self._check_width(X)
         if np.any(y < 0):
@@ -150,17 +167,31 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         modelled = ~unseen if self.unseen_policy != "model" else ~hinted
         predicted = np.empty(X.shape[0], dtype=np.float64)
         if modelled.all():
-            predicted[:] = np.clip(np.expm1(reference + self._forest_mean(X)), 0.0, None)
+            predicted[:] = self._modelled(X, reference)
         elif modelled.any():
-            predicted[modelled] = np.clip(
-                np.expm1(reference[modelled] + self._forest_mean(X[modelled])), 0.0, None
-            )
+            predicted[modelled] = self._modelled(X[modelled], reference[modelled])
         predicted[hinted] = np.expm1(X[hinted, COLUMN["log_hint_adjusted"]])
         if self.unseen_policy == "zero":
             predicted[rest] = 0.0
         elif self.unseen_policy == "fallback":
             predicted[rest] = np.expm1(reference[rest])
         return predicted
+
+    def _modelled(self, X: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """Iterations of rows predicted by the forest's correction to ``reference`` (log1p)."""
+        estimate = getattr(self, "estimate", "median")  # models pickled before the parameter
+        if estimate == "median":
+            return np.clip(np.expm1(reference + self._forest_mean(X)), 0.0, None)
+        per_tree = reference[:, np.newaxis] + self._per_tree(X)  # log1p iterations, rows x trees
+        if estimate == "mean":
+            return np.clip(np.expm1(per_tree).mean(axis=1), 0.0, None)
+        mu, sigma = per_tree.mean(axis=1), per_tree.std(axis=1)
+        return np.clip(np.expm1(mu + sigma**2 / 2.0), 0.0, None)
+
+    def _per_tree(self, X: np.ndarray) -> np.ndarray:
+        """Each tree's predicted residual, rows x trees."""
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        return np.column_stack([tree.tree_.predict(X32)[:, 0] for tree in self.forest_.estimators_])
 
     def _forest_mean(self, X: np.ndarray) -> np.ndarray:
         """The forest's prediction; for a few rows, its trees walked here instead of via joblib.

@@ -86,6 +86,27 @@ MATRIX_POLICIES: dict[str, tuple[str, str]] = {
     "asrpt/history": ("asrpt", "history"),
     "asrpt/rf": ("asrpt", "rf"),
 }
+#: Options a label may add after colons, ``asrpt/rf:unseen=zero:estimate=mean`` (the paper's
+#: unseen rule, expected-work ranking): option -> keyword of ``make_predictions``.
+LABEL_OPTIONS: dict[str, str] = {"unseen": "rf_unseen_policy", "estimate": "rf_estimate"}
+
+
+def parse_label(label: str) -> tuple[str, str, dict[str, str]]:
+    """(policy, predictor, make_predictions keywords) of a matrix label (``LABEL_OPTIONS``)."""
+    base, _, rest = label.partition(":")
+    if base not in MATRIX_POLICIES:
+        raise ConfigError(f"unknown matrix policy {base!r}; valid: {', '.join(MATRIX_POLICIES)}")
+    policy, predictor = MATRIX_POLICIES[base]
+    options: dict[str, str] = {}
+    for item in filter(None, rest.split(":")):
+        key, _, value = item.partition("=")
+        if key not in LABEL_OPTIONS or not value or predictor != "rf":
+            raise ConfigError(f"matrix label {label!r}: {item!r} is not one of "
+                              f"{', '.join(k + '=...' for k in LABEL_OPTIONS)} (rf labels only)")
+        options[LABEL_OPTIONS[key]] = value
+    return policy, predictor, options
+
+
 #: The non-oracle baselines A-SRPT is compared with ("vs best baseline").
 BASELINES: tuple[str, ...] = ("fifo", "multifactor", "qssf", "spwf", "tiresias")
 #: Rough relative cost of one replay, to start the slow cells first (better packing on the pool).
@@ -344,10 +365,10 @@ def _run_cell(cell: _Cell) -> dict[str, Any]:
 
     cluster, speed, jobs, bound, load = _workload(cell.trace, cell.path, cell.jobs_limit, cell.load, cell.seed,
                                                   cell.calibration_seed, cell.per_partition)
-    policy_name, predictor = MATRIX_POLICIES[cell.policy]
+    policy_name, predictor, options = parse_label(cell.policy)
     started = time.perf_counter()
     outcome = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(policy_name, speed),
-                       make_predictions(predictor, seed=cell.seed))
+                       make_predictions(predictor, seed=cell.seed, **options))
     metrics = policy_metrics(outcome)
     wall_s = time.perf_counter() - started
     return {
@@ -390,9 +411,8 @@ def run_matrix(
     ``jobs_per_trace`` overrides each trace's ``default_jobs``; ``workers`` > 1 runs cells in a
     process pool (they are independent), 1 runs them here.
     """
-    bad = [p for p in policies if p not in MATRIX_POLICIES]
-    if bad:
-        raise ConfigError(f"unknown matrix policy(ies) {', '.join(bad)}; valid: {', '.join(MATRIX_POLICIES)}")
+    for label in policies:
+        parse_label(label)
     if not traces:
         raise AsrptError("no trace to run: every requested trace is missing")
     if not seeds or len(set(seeds)) != len(seeds):
@@ -407,7 +427,7 @@ def run_matrix(
         _Cell(trace, str(path), jobs_per_trace or trace.default_jobs, float(load), seed, seeds[0], policy, per_partition)
         for trace, path in traces for load in loads for seed in seeds for policy in policies
     ]
-    order = sorted(range(len(cells)), key=lambda i: (_COST_RANK.get(cells[i].policy, 9), -cells[i].load, i))
+    order = sorted(range(len(cells)), key=lambda i: (_COST_RANK.get(cells[i].policy.partition(":")[0], 9), -cells[i].load, i))
     started = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(cells)
 

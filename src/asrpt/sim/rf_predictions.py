@@ -19,9 +19,9 @@ from dataclasses import replace
 import numpy as np
 
 from asrpt.core.model import ClusterSnapshot, Job
-from asrpt.predict.features import CausalHistory, build_features
+from asrpt.predict.features import COLUMN, CausalHistory, build_features
 from asrpt.predict.features import JobRecord as FeatureRow
-from asrpt.predict.predictor import IterationPredictor
+from asrpt.predict.predictor import REFERENCE_CHAIN, IterationPredictor
 from asrpt.sim.cluster import JobRecord
 
 
@@ -53,9 +53,11 @@ class RandomForestPredictions:
         first_fit_after: int = 100,
         growth: float = 1.5,
         n_estimators: int = 50,
+        estimate: str = "median",
     ) -> None:
         self.random_state = random_state
         self.unseen_policy = unseen_policy
+        self.estimate = estimate
         self.growth = growth
         self.n_estimators = n_estimators
         self._next_fit = first_fit_after
@@ -82,8 +84,21 @@ class RandomForestPredictions:
             self.rebuilds += 1
         self._arrived[job.job_id] = features
         if self._model is None:
-            return 0.0
+            return self._before_first_fit(features)
         return float(self._model.predict_unchecked(features[np.newaxis, :])[0])
+
+    def _before_first_fit(self, features: np.ndarray) -> float:
+        """Until the first fit: the most specific history median the job has (the forest's
+        reference, without its correction); with no history, the paper's 0 under ``zero``,
+        else the median of what has finished so far (0 while nothing has)."""
+        if self.unseen_policy == "zero" and features[COLUMN["group_count"]] <= 0:
+            return 0.0
+        for key in reversed(REFERENCE_CHAIN):  # most specific first
+            if features[COLUMN[f"{key}_count"]] > 0:
+                return float(np.expm1(features[COLUMN[f"{key}_median"]]))
+        if not self._finished:
+            return 0.0
+        return float(np.median([row.iterations or 0.0 for row in self._finished]))
 
     def observe_finished(self, job: Job, record: JobRecord, now_s: float) -> None:
         row = _row(record.job, end_time_s=now_s, iterations=float(record.job.true_iterations or 0.0))
@@ -112,6 +127,7 @@ class RandomForestPredictions:
         X = self.training_matrix()
         y = np.array([row.iterations for row in self._finished], dtype=float)
         self._model = IterationPredictor(
-            n_estimators=self.n_estimators, random_state=self.random_state, unseen_policy=self.unseen_policy, n_jobs=1
+            n_estimators=self.n_estimators, random_state=self.random_state, unseen_policy=self.unseen_policy,
+            estimate=self.estimate, n_jobs=1,
         ).fit(X, y)
         self.fits += 1

@@ -55,6 +55,10 @@ class ASRPTOptions:
     overdue_after_s: float = OVERDUE_AFTER_S
     use_true_iterations: bool = False
     virtual_machine: VirtualMachine = "cluster"
+    #: Cap every belief at what fits in the job's requested time limit (iterations <=
+    #: time_limit_s / alpha_min, runtime <= time_limit_s): Slurm ends a job at its limit, so a
+    #: longer prediction is certainly wrong. False is the paper's unbounded prediction.
+    time_limit_cap: bool = True
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
@@ -147,9 +151,23 @@ class ASRPTPolicy:
         n = job.true_iterations if self.options.use_true_iterations else job.predicted_iterations
         return float(n) if n is not None and n > 0 else 0.0
 
+    def capped_iterations(self, job: Job, alpha_min_s: float) -> float:
+        """:meth:`iterations`, at most what the job's time limit allows at its best speed
+        ``alpha_min_s`` per iteration (``time_limit_cap``)."""
+        n = self.iterations(job)
+        limit_s = job.time_limit_s
+        if self.options.time_limit_cap and limit_s is not None and limit_s > 0 and alpha_min_s > 0:
+            return min(n, limit_s / alpha_min_s)
+        return n
+
     def runtime_s(self, job: Job, iteration_time_s: float) -> float:
-        """What the policy believes the job runs at ``iteration_time_s`` per iteration."""
-        return self.iterations(job) * iteration_time_s
+        """What the policy believes the job runs at ``iteration_time_s`` per iteration (never
+        past its time limit with ``time_limit_cap``)."""
+        runtime_s = self.iterations(job) * iteration_time_s
+        limit_s = job.time_limit_s
+        if self.options.time_limit_cap and limit_s is not None and limit_s > 0:
+            return min(runtime_s, limit_s)
+        return runtime_s
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
         pending = pending_by_id(snapshot.pending)
@@ -171,8 +189,9 @@ class ASRPTPolicy:
             if capacity_by_partition is None:
                 capacity_by_partition = _capacity_by_partition(snapshot)
             pool, capacity = self._pool(job, snapshot, capacity_by_partition)
-            size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
-            work_s = job.accelerators * self.iterations(job) * ideal_s
+            iterations = self.capped_iterations(job, ideal_s)
+            size_s = virtual_size_s(job.accelerators, iterations, ideal_s, capacity)
+            work_s = job.accelerators * iterations * ideal_s
             if state.work_s.get(job_id) != work_s:
                 state.work_s[job_id] = work_s
                 key = state.queue_by_work.key_of(job_id)

@@ -41,11 +41,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from asrpt.core.prediction import ESTIMATES, UNSEEN_POLICIES  # re-exported
 from asrpt.predict.features import COLUMN, FEATURE_NAMES, MISSING
 
-UNSEEN_POLICIES: tuple[str, ...] = ("zero", "fallback", "model")
-#: Point estimates of the forest's distribution (module docstring).
-ESTIMATES: tuple[str, ...] = ("median", "mean", "lognormal")
 
 #: Up to this many rows, :meth:`IterationPredictor._forest_mean` walks the trees itself; beyond
 #: it scikit-learn's batched (and, with ``n_jobs``, parallel) predict is the faster.
@@ -69,6 +67,16 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
     residual_clip:
         Bound on the learnt correction to the reference, in log1p units (1.0 is a factor of
         about e either way).
+    unseen_reference:
+        Reference of rows without group history: ``"history"`` (the user's median, else the
+        global one) or ``"time_limit"`` (the requested time limit scaled by the median
+        log ratio of iterations to time limit over the training jobs: a limit is a hard upper
+        bound on the run and users over-request it by a typical factor; rows without a limit
+        keep the history reference).
+    unseen_residual_clip:
+        The same bound for rows without group history (None: ``residual_clip``). Their
+        reference is only the user's or the global median, so the request (accelerators, time
+        limit) must be able to move the prediction further than a rerun's crash should.
     random_state:
         Seed passed to the forest, for reproducible fits.
     unseen_policy:
@@ -104,6 +112,8 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         unseen_policy: str = "fallback",
         n_jobs: int | None = None,
         estimate: str = "median",
+        unseen_residual_clip: float | None = None,
+        unseen_reference: str = "history",
     ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -114,6 +124,8 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         self.unseen_policy = unseen_policy
         self.n_jobs = n_jobs
         self.estimate = estimate
+        self.unseen_residual_clip = unseen_residual_clip
+        self.unseen_reference = unseen_reference
 
     def fit(self, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> IterationPredictor:
         """Fit on feature rows ``X`` and iterations ``y`` (>= 0). Returns ``self``."""
@@ -129,10 +141,19 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
             raise ValueError("iterations must be >= 0")
         if not self.residual_clip > 0:
             raise ValueError(f"residual_clip must be > 0, got {self.residual_clip!r}")
+        if self.unseen_reference not in ("history", "time_limit"):
+            raise ValueError(f"unseen_reference must be 'history' or 'time_limit', got {self.unseen_reference!r}")
         self.global_median_ = float(np.median(y))
-        residual = np.clip(
-            np.log1p(y) - self._reference_log(X), -self.residual_clip, self.residual_clip
+        limited = X[:, COLUMN["log_time_limit"]] != MISSING
+        self.limit_log_ratio_ = (
+            float(np.median(np.log1p(y[limited]) - X[limited, COLUMN["log_time_limit"]])) if limited.any() else 0.0
         )
+        clip = np.full(X.shape[0], float(self.residual_clip))
+        if self.unseen_residual_clip is not None:
+            if not self.unseen_residual_clip > 0:
+                raise ValueError(f"unseen_residual_clip must be > 0, got {self.unseen_residual_clip!r}")
+            clip[X[:, COLUMN["group_count"]] <= 0] = float(self.unseen_residual_clip)
+        residual = np.clip(np.log1p(y) - self._reference_log(X), -clip, clip)
         self.forest_ = RandomForestRegressor(
             n_estimators=self.n_estimators,
             max_depth=self.max_depth,
@@ -219,6 +240,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         for key in REFERENCE_CHAIN:  # later keys are more specific and override earlier ones
             has = X[:, COLUMN[f"{key}_count"]] > 0
             out[has] = X[has, COLUMN[f"{key}_median"]]
+        if getattr(self, "unseen_reference", "history") == "time_limit":  # older pickles: history
+            limited = (X[:, COLUMN["log_time_limit"]] != MISSING) & (X[:, COLUMN["group_count"]] <= 0)
+            out[limited] = X[limited, COLUMN["log_time_limit"]] + self.limit_log_ratio_
         return out
 
     def _check_width(self, X: np.ndarray) -> None:

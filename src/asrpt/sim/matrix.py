@@ -88,22 +88,32 @@ MATRIX_POLICIES: dict[str, tuple[str, str]] = {
 }
 #: Options a label may add after colons, ``asrpt/rf:unseen=zero:estimate=mean`` (the paper's
 #: unseen rule, expected-work ranking): option -> keyword of ``make_predictions``.
-LABEL_OPTIONS: dict[str, str] = {"unseen": "rf_unseen_policy", "estimate": "rf_estimate"}
+LABEL_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "unseen": ("rf_unseen_policy", str),
+    "estimate": ("rf_estimate", str),
+    "clip": ("rf_unseen_residual_clip", float),
+    "ref": ("rf_unseen_reference", str),
+    "rerank": ("rf_rerank", lambda text: {"1": True, "0": False}[text]),
+}
 
 
-def parse_label(label: str) -> tuple[str, str, dict[str, str]]:
+def parse_label(label: str) -> tuple[str, str, dict[str, Any]]:
     """(policy, predictor, make_predictions keywords) of a matrix label (``LABEL_OPTIONS``)."""
     base, _, rest = label.partition(":")
     if base not in MATRIX_POLICIES:
         raise ConfigError(f"unknown matrix policy {base!r}; valid: {', '.join(MATRIX_POLICIES)}")
     policy, predictor = MATRIX_POLICIES[base]
-    options: dict[str, str] = {}
+    options: dict[str, Any] = {}
     for item in filter(None, rest.split(":")):
         key, _, value = item.partition("=")
         if key not in LABEL_OPTIONS or not value or predictor != "rf":
             raise ConfigError(f"matrix label {label!r}: {item!r} is not one of "
                               f"{', '.join(k + '=...' for k in LABEL_OPTIONS)} (rf labels only)")
-        options[LABEL_OPTIONS[key]] = value
+        keyword, parse = LABEL_OPTIONS[key]
+        try:
+            options[keyword] = parse(value)
+        except (KeyError, ValueError):
+            raise ConfigError(f"matrix label {label!r}: bad value in {item!r}") from None
     return policy, predictor, options
 
 

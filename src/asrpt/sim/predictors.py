@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from asrpt.core.model import ClusterSnapshot, Job
+from asrpt.core.prediction import DEFAULT_RF_ESTIMATE, DEFAULT_RF_UNSEEN_POLICY
 from asrpt.sim.cluster import JobRecord
 
 PREDICTOR_NAMES: tuple[str, ...] = ("oracle", "history", "rf")
@@ -72,10 +73,6 @@ class GroupHistoryPredictions(_ArrivalPredictions):
             self._by_user.setdefault(job.user, []).append(iterations)
 
 
-#: rf's defaults in the simulator and the daemon, chosen on the reduced scenario matrix
-#: (bench/README.md, "Predictions A-SRPT really has"); "zero" stays available by name.
-DEFAULT_RF_UNSEEN_POLICY = "model"
-DEFAULT_RF_ESTIMATE = "median"
 
 
 def make_predictions(
@@ -84,6 +81,9 @@ def make_predictions(
     seed: int = 0,
     rf_unseen_policy: str = DEFAULT_RF_UNSEEN_POLICY,
     rf_estimate: str = DEFAULT_RF_ESTIMATE,
+    rf_unseen_residual_clip: float | None = None,
+    rf_rerank: bool = True,
+    rf_unseen_reference: str = "history",
 ) -> SimPredictions:
     """The predictor called ``name`` (see ``PREDICTOR_NAMES``).
 
@@ -99,5 +99,9 @@ def make_predictions(
     if name == "rf":
         from asrpt.sim.rf_predictions import RandomForestPredictions
 
-        return RandomForestPredictions(random_state=seed, unseen_policy=rf_unseen_policy, estimate=rf_estimate)
+        return RandomForestPredictions(
+            random_state=seed, unseen_policy=rf_unseen_policy, estimate=rf_estimate,
+            unseen_residual_clip=rf_unseen_residual_clip, rerank=rf_rerank,
+            unseen_reference=rf_unseen_reference,
+        )
     raise ValueError(f"unknown predictor {name!r}; valid: {', '.join(PREDICTOR_NAMES)}")

@@ -14,12 +14,13 @@ The forest is refitted whenever the finished history has grown by half since the
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from asrpt.core.model import ClusterSnapshot, Job
-from asrpt.predict.features import COLUMN, CausalHistory, build_features
+from asrpt.predict.features import COLUMN, MISSING, CausalHistory, build_features
 from asrpt.predict.features import JobRecord as FeatureRow
 from asrpt.predict.predictor import REFERENCE_CHAIN, IterationPredictor
 from asrpt.sim.cluster import JobRecord
@@ -44,6 +45,10 @@ def _row(job: Job, end_time_s: float | None = None, iterations: float | None = N
     )
 
 
+#: Columns of a row that come from its submission time, kept from arrival on a re-rank.
+_SUBMIT_COLUMNS = [COLUMN["submit_hour"], COLUMN["submit_weekday"]]
+
+
 class RandomForestPredictions:
     def __init__(
         self,
@@ -54,7 +59,12 @@ class RandomForestPredictions:
         growth: float = 1.5,
         n_estimators: int = 50,
         estimate: str = "median",
+        rerank: bool = True,
+        unseen_residual_clip: float | None = None,
+        unseen_reference: str = "history",
     ) -> None:
+        self.unseen_reference = unseen_reference
+        self.unseen_residual_clip = unseen_residual_clip
         self.random_state = random_state
         self.unseen_policy = unseen_policy
         self.estimate = estimate
@@ -72,6 +82,12 @@ class RandomForestPredictions:
         self.fits = 0
         #: Arrivals featurised by a full rebuild (submitted before history already folded in).
         self.rebuilds = 0
+        #: Re-rank pending jobs after every refit (``annotate``); False predicts once, at arrival.
+        self.rerank = rerank
+        #: Refit count the pending jobs were last re-predicted with.
+        self._ranked_fits = 0
+        #: job id -> (the backend's Job, the same Job with the re-predicted iterations).
+        self._reranked: dict[str, tuple[Job, Job]] = {}
 
     def predict(self, job: Job, now_s: float) -> Job:
         return replace(job, predicted_iterations=self.iterations(job))
@@ -93,6 +109,12 @@ class RandomForestPredictions:
         else the median of what has finished so far (0 while nothing has)."""
         if self.unseen_policy == "zero" and features[COLUMN["group_count"]] <= 0:
             return 0.0
+        log_limit = features[COLUMN["log_time_limit"]]
+        if self.unseen_reference == "time_limit" and features[COLUMN["group_count"]] <= 0 and log_limit != MISSING:
+            # The time limit scaled by the finished runs' median ratio (1 before any finished).
+            ratios = [math.log1p(r.iterations or 0.0) - math.log1p(r.time_limit_s)
+                      for r in self._finished if r.time_limit_s is not None]
+            return float(np.expm1(log_limit + (float(np.median(ratios)) if ratios else 0.0)))
         for key in reversed(REFERENCE_CHAIN):  # most specific first
             if features[COLUMN[f"{key}_count"]] > 0:
                 return float(np.expm1(features[COLUMN[f"{key}_median"]]))
@@ -114,8 +136,47 @@ class RandomForestPredictions:
             self._next_fit = int(len(self._finished) * self.growth) + 1
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
-        """Nothing to do: the engine calls ``predict`` for every job as it arrives."""
-        return snapshot
+        """Pending jobs with their predictions as of the latest refit (``rerank``).
+
+        A job is predicted at arrival from what had finished by then; on a burst of arrivals
+        (the first 1,000 Philly jobs arrive before 100 finish) that is nothing, and a job
+        predicted before the first fit would keep its guess while the forest learns. After
+        each refit every pending job is re-predicted by the new forest from the history
+        finished before now (its request columns and submission time stay its own).
+        """
+        if not self.rerank or self._model is None:
+            return snapshot
+        if self._ranked_fits != self.fits:
+            self._ranked_fits = self.fits
+            self._rerank(snapshot, now_s)
+        if not self._reranked:
+            return snapshot
+        pending = []
+        for job in snapshot.pending:
+            hit = self._reranked.get(job.job_id)
+            if hit is not None and hit[0] is job:
+                job = hit[1]
+            pending.append(job)
+        return replace(snapshot, pending=tuple(pending))
+
+    def _rerank(self, snapshot: ClusterSnapshot, now_s: float) -> None:
+        jobs = list(snapshot.pending)
+        if not jobs or self._model is None:
+            self._reranked = {}
+            return
+        rows = []
+        for job in jobs:
+            arrival = self._arrived.get(job.job_id)
+            now_row = self._history.features(replace(_row(job), submit_time_s=now_s))
+            if now_row is None or arrival is None:
+                now_row = build_features([*self._finished, replace(_row(job), submit_time_s=now_s)])[-1]
+            if arrival is not None:
+                now_row[_SUBMIT_COLUMNS] = arrival[_SUBMIT_COLUMNS]
+            rows.append(now_row)
+        predicted = self._model.predict_unchecked(np.vstack(rows))
+        self._reranked = {
+            job.job_id: (job, replace(job, predicted_iterations=float(value))) for job, value in zip(jobs, predicted)
+        }
 
     def training_matrix(self) -> np.ndarray:
         """Features of every finished job as of its submission (the rows a refit learns from)."""
@@ -128,6 +189,7 @@ class RandomForestPredictions:
         y = np.array([row.iterations for row in self._finished], dtype=float)
         self._model = IterationPredictor(
             n_estimators=self.n_estimators, random_state=self.random_state, unseen_policy=self.unseen_policy,
-            estimate=self.estimate, n_jobs=1,
+            estimate=self.estimate, unseen_residual_clip=self.unseen_residual_clip,
+            unseen_reference=self.unseen_reference, n_jobs=1,
         ).fit(X, y)
         self.fits += 1

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 #: What the forest predicts for a job whose group has no finished run (``predict.predictor``).
 UNSEEN_POLICIES: tuple[str, ...] = ("zero", "fallback", "model")
+#: Reference of a job without group history (``predict.predictor``).
+UNSEEN_REFERENCES: tuple[str, ...] = ("history", "time_limit")
 #: Which point of the trees' distribution a prediction is (``predict.predictor``).
 ESTIMATES: tuple[str, ...] = ("median", "mean", "lognormal")
 
 DEFAULT_RF_UNSEEN_POLICY = "model"
 DEFAULT_RF_ESTIMATE = "median"
+DEFAULT_RF_UNSEEN_REFERENCE = "time_limit"

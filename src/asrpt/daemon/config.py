@@ -18,7 +18,14 @@ from typing import Any, Mapping
 
 from asrpt import paths
 from asrpt.core.model import Partition
-from asrpt.core.prediction import DEFAULT_RF_ESTIMATE, DEFAULT_RF_UNSEEN_POLICY, ESTIMATES, UNSEEN_POLICIES
+from asrpt.core.prediction import (
+    DEFAULT_RF_ESTIMATE,
+    DEFAULT_RF_UNSEEN_POLICY,
+    DEFAULT_RF_UNSEEN_REFERENCE,
+    ESTIMATES,
+    UNSEEN_POLICIES,
+    UNSEEN_REFERENCES,
+)
 from asrpt.exceptions import ConfigError
 from asrpt.serving.hardware import find_accelerator, known_accelerator_names
 from asrpt.slurm.cli_backend import SlurmBackendConfig
@@ -73,6 +80,9 @@ class SchedulerSection:
     #: Which point of the forest's distribution a prediction is: ``median`` (trees averaged
     #: in log space), ``mean`` (in linear space: expected work) or ``lognormal``.
     estimate: str = DEFAULT_RF_ESTIMATE
+    #: Where the prediction of a job without group history starts: ``time_limit`` (its limit
+    #: scaled by the typical iterations / limit ratio) or ``history`` (user's, global median).
+    unseen_reference: str = DEFAULT_RF_UNSEEN_REFERENCE
     #: Cap predicted iterations at what fits in the job's time limit (false: the paper).
     time_limit_cap: bool = True
 
@@ -161,6 +171,7 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("scheduler", "virtual_machine"): ("cluster", "pool"),
     ("scheduler", "unseen_policy"): UNSEEN_POLICIES,
     ("scheduler", "estimate"): ESTIMATES,
+    ("scheduler", "unseen_reference"): UNSEEN_REFERENCES,
 }
 
 

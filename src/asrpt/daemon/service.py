@@ -245,7 +245,10 @@ class Daemon:
         )
         self.policy = make_policy(config.daemon.policy, self.speed, policy_options(config))
         self.predictor = DaemonPredictor(
-            repository, unseen_policy=config.scheduler.unseen_policy, estimate=config.scheduler.estimate
+            repository,
+            unseen_policy=config.scheduler.unseen_policy,
+            estimate=config.scheduler.estimate,
+            unseen_reference=config.scheduler.unseen_reference,
         )
         self.serving = ServingPlanner(
             config.serving.plan, {p.name: p.serving_accelerator for p in config.partitions}

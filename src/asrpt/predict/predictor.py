@@ -41,7 +41,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from asrpt.core.prediction import ESTIMATES, UNSEEN_POLICIES  # re-exported
+from asrpt.core.prediction import ESTIMATES, UNSEEN_POLICIES, UNSEEN_REFERENCES  # re-exported
 from asrpt.predict.features import COLUMN, FEATURE_NAMES, MISSING
 
 
@@ -141,7 +141,7 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
             raise ValueError("iterations must be >= 0")
         if not self.residual_clip > 0:
             raise ValueError(f"residual_clip must be > 0, got {self.residual_clip!r}")
-        if self.unseen_reference not in ("history", "time_limit"):
+        if self.unseen_reference not in UNSEEN_REFERENCES:
             raise ValueError(f"unseen_reference must be 'history' or 'time_limit', got {self.unseen_reference!r}")
         self.global_median_ = float(np.median(y))
         limited = X[:, COLUMN["log_time_limit"]] != MISSING

@@ -27,8 +27,9 @@ paper's forest, and the default before issue 15) averages the trees in log space
 median run. A non-preemptive order minimises mean completion time by *expected* work, and a
 right-skewed run length has a mean above its median, the more so the less the model knows:
 ``"mean"`` averages the trees' predictions in linear space (each tree a sample of the
-conditional run length), ``"lognormal"`` is exp(mu + sigma^2/2) with mu and sigma the mean
-and spread of the trees in log space.
+conditional run length), ``"lognormal"`` is exp(mu + sigma^2/2) with mu the trees' mean in
+log space and sigma^2 their variance plus the forest's out-of-bag error variance (the scatter
+of runs around the prediction, which the trees' disagreement alone misses).
 """
 
 from __future__ import annotations
@@ -161,7 +162,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
             max_features=self.max_features,
             random_state=self.random_state,
             n_jobs=self.n_jobs,
+            oob_score=self.estimate == "lognormal" and X.shape[0] >= 2,
         ).fit(X, residual, sample_weight=sample_weight)
+        self.residual_var_ = self._residual_variance(X, residual)
         self.sklearn_version_ = sklearn.__version__
         return self
 
@@ -206,8 +209,28 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         per_tree = reference[:, np.newaxis] + self._per_tree(X)  # log1p iterations, rows x trees
         if estimate == "mean":
             return np.clip(np.expm1(per_tree).mean(axis=1), 0.0, None)
-        mu, sigma = per_tree.mean(axis=1), per_tree.std(axis=1)
-        return np.clip(np.expm1(mu + sigma**2 / 2.0), 0.0, None)
+        seen_var, unseen_var = getattr(self, "residual_var_", (0.0, 0.0))
+        error_var = np.where(X[:, COLUMN["group_count"]] <= 0, unseen_var, seen_var)
+        mu, variance = per_tree.mean(axis=1), per_tree.var(axis=1) + error_var
+        return np.clip(np.expm1(mu + variance / 2.0), 0.0, None)
+
+    def _residual_variance(self, X: np.ndarray, residual: np.ndarray) -> tuple[float, float]:
+        """Out-of-bag variance of the forest's error in log space, (seen rows, unseen rows).
+
+        The trees' disagreement is only the model's own uncertainty; a run's length scatters
+        around even a perfect conditional median (on Philly by about a factor e), and the
+        expected run length carries that scatter too. 0 unless ``estimate="lognormal"``.
+        """
+        oob = getattr(self.forest_, "oob_prediction_", None)
+        if oob is None:
+            return (0.0, 0.0)
+        oob = np.asarray(oob).reshape(-1)
+        ok = np.isfinite(oob)
+        unseen = X[:, COLUMN["group_count"]] <= 0
+        out = []
+        for rows in (~unseen & ok, unseen & ok):
+            out.append(float(np.var(residual[rows] - oob[rows])) if rows.sum() >= 2 else 0.0)
+        return (out[0], out[1])
 
     def _per_tree(self, X: np.ndarray) -> np.ndarray:
         """Each tree's predicted residual, rows x trees."""

@@ -158,11 +158,13 @@ def test_pending_jobs_are_re_predicted_by_each_refit() -> None:
 
 
 def test_before_the_first_fit_an_unseen_job_starts_from_its_time_limit() -> None:
+    """Nothing finished: no scale from seconds to iterations, so the job is unknown (None, which
+    A-SRPT's cap reads as "as long as the limit allows"); then the finished jobs' ratio."""
     _, jobs = _pai_jobs(3)
     a, b = jobs[0], jobs[1]
     predictions = RandomForestPredictions(unseen_policy="model", unseen_reference="time_limit")
     job = replace(a, group="fresh", time_limit_s=3600.0)
-    assert predictions.iterations(job) == pytest.approx(3600.0)  # nothing finished: ratio 1
+    assert predictions.iterations(job) is None
     done = replace(b, group="done", true_iterations=100.0, time_limit_s=1000.0, submit_time_s=0.0)
     predictions.iterations(done)
     predictions.observe_finished(done, SimRecord(job=done), 1.0)

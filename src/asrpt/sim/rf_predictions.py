@@ -92,7 +92,7 @@ class RandomForestPredictions:
     def predict(self, job: Job, now_s: float) -> Job:
         return replace(job, predicted_iterations=self.iterations(job))
 
-    def iterations(self, job: Job) -> float:
+    def iterations(self, job: Job) -> float | None:
         own = _row(job)
         features = self._history.features(own)
         if features is None:
@@ -103,10 +103,13 @@ class RandomForestPredictions:
             return self._before_first_fit(features)
         return float(self._model.predict_unchecked(features[np.newaxis, :])[0])
 
-    def _before_first_fit(self, features: np.ndarray) -> float:
+    def _before_first_fit(self, features: np.ndarray) -> float | None:
         """Until the first fit: the most specific history median the job has (the forest's
-        reference, without its correction); with no history, the paper's 0 under ``zero``,
-        else the median of what has finished so far (0 while nothing has)."""
+        reference, without its correction); with no history, the paper's 0 under ``zero``;
+        with the ``time_limit`` reference, the limit x the finished jobs' median ratio, or
+        None (unknown) before any has finished: the limit is in seconds, iterations need the
+        job's speed, and A-SRPT's cap turns "unknown" into what fits in the limit. Otherwise
+        the median of what has finished so far (0 while nothing has)."""
         if self.unseen_policy == "zero" and features[COLUMN["group_count"]] <= 0:
             return 0.0
         log_limit = features[COLUMN["log_time_limit"]]
@@ -114,7 +117,9 @@ class RandomForestPredictions:
             # The time limit scaled by the finished runs' median ratio (1 before any finished).
             ratios = [math.log1p(r.iterations or 0.0) - math.log1p(r.time_limit_s)
                       for r in self._finished if r.time_limit_s is not None]
-            return float(np.expm1(log_limit + (float(np.median(ratios)) if ratios else 0.0)))
+            if not ratios:
+                return None  # unknown: A-SRPT believes what fits in the limit (its cap)
+            return float(np.expm1(log_limit + float(np.median(ratios))))
         for key in reversed(REFERENCE_CHAIN):  # most specific first
             if features[COLUMN[f"{key}_count"]] > 0:
                 return float(np.expm1(features[COLUMN[f"{key}_median"]]))

@@ -158,17 +158,26 @@ class ASRPTPolicy:
 
     def capped_iterations(self, job: Job, alpha_min_s: float) -> float:
         """:meth:`iterations`, at most what the job's time limit allows at its best speed
-        ``alpha_min_s`` per iteration (``time_limit_cap``)."""
+        ``alpha_min_s`` per iteration (``time_limit_cap``); a job with no prediction at all
+        (None, not the paper's 0) is believed to run that long."""
         n = self.iterations(job)
         limit_s = job.time_limit_s
         if self.options.time_limit_cap and limit_s is not None and limit_s > 0 and alpha_min_s > 0:
+            if self._unknown(job):
+                return limit_s / alpha_min_s  # no prediction at all: as long as the limit allows
             return min(n, limit_s / alpha_min_s)
         return n
+
+    def _unknown(self, job: Job) -> bool:
+        return not self.options.use_true_iterations and job.predicted_iterations is None
 
     def runtime_s(self, job: Job, iteration_time_s: float) -> float:
         """What the policy believes the job runs at ``iteration_time_s`` per iteration (never
         past its time limit with ``time_limit_cap``)."""
         limit_s = job.time_limit_s
+        if (self.options.time_limit_cap or self.options.backfill_runtime == "time_limit") and self._unknown(job) \
+                and limit_s is not None and limit_s > 0:
+            return limit_s
         if (self.options.backfill_runtime == "time_limit" and not self.options.use_true_iterations
                 and limit_s is not None and limit_s > 0):
             return limit_s

@@ -23,8 +23,9 @@ cell, in total and per partition. The cluster is calibrated once per (trace, loa
 first seed's jobs, and shared by all seeds, so the seeds vary the workload mapping only.
 
 Policies are labelled as in :data:`MATRIX_POLICIES`: baselines run with the ``history``
-predictor (what ``asrpt simulate`` uses by default; only ``spwf`` and ``qssf`` read
-predictions), A-SRPT once per predictor (``asrpt/oracle``, ``asrpt/history``, ``asrpt/rf``).
+predictor (the group/user median qssf was designed around; only ``spwf`` and ``qssf`` read
+predictions), A-SRPT once per predictor (``asrpt/oracle``, ``asrpt/history``, ``asrpt/rf``);
+an rf label may add predictor options after colons (:data:`LABEL_OPTIONS`).
 Each (trace, load, seed, policy) replay is one independent cell, run in a process pool.
 """
 

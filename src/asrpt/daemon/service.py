@@ -456,7 +456,11 @@ class Daemon:
         return None if math.isinf(alpha_s) else alpha_s
 
     def retrain(self) -> int:
-        return self.predictor.retrain(self.clock.now_s())
+        """Refit the forest; if it learnt anything, re-predict the pending jobs next cycle."""
+        rows = self.predictor.retrain(self.clock.now_s())
+        if rows:
+            self.enrichment.repredict_pending()
+        return rows
 
     # -- hooks the backend calls -------------------------------------------------------------
     def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:

@@ -147,3 +147,30 @@ def test_cli_fails_when_every_trace_is_missing(tmp_path, capsys):
     assert main(["bench", "policies", "--quick", "--traces", "philly", "--traces-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "skipping trace philly" in err and "no trace to run" in err
+
+
+def test_rf_labels_take_predictor_options_and_reject_others():
+    from asrpt.exceptions import ConfigError
+    from asrpt.sim.matrix import parse_label
+
+    assert parse_label("asrpt/rf") == ("asrpt", "rf", {})
+    assert parse_label("asrpt/rf:unseen=zero:ref=history:estimate=mean:clip=3:rerank=0") == (
+        "asrpt", "rf", {"rf_unseen_policy": "zero", "rf_unseen_reference": "history", "rf_estimate": "mean",
+                        "rf_unseen_residual_clip": 3.0, "rf_rerank": False})
+    for bad in ("asrpt/rf:colour=red", "qssf:unseen=zero", "asrpt/rf:clip=x", "asrpt/rf:rerank=yes", "nope"):
+        with pytest.raises(ConfigError):
+            parse_label(bad)
+
+
+def test_calibration_keeps_room_for_a_prime_job_in_its_shape():
+    """17 GPUs on 8-GPU nodes is 17 nodes x 1 (cons_tres' shape), so the floor is 17 nodes."""
+    from asrpt.sim.matrix import _node_floor
+
+    cluster = load_cluster("philly")
+    speed = cluster.speed_table(default_speed_table())
+    records = [TraceRecord(job_id=str(i), submit_time_s=60.0 * i, duration_s=3600.0, accelerators=17 if i == 0 else 1)
+               for i in range(3)]
+    jobs = build_jobs(records, cluster, speed, seed=0).jobs
+    per_node = cluster.accelerators_per_node(cluster.partitions[0].name)
+    assert per_node == 8
+    assert _node_floor(jobs, cluster)[cluster.partitions[0].name] == 17

@@ -38,7 +38,10 @@ class CheckedRandomForest(RandomForestPredictions):
         past = [row for row in self._finished if row.end_time_s < job.submit_time_s]
         rebuilt = build_features([*past, own])[-1:]
         np.testing.assert_array_equal(self._arrived[job.job_id], rebuilt[0])
-        slow = 0.0 if self._model is None else float(self._model.predict(rebuilt)[0])
+        if self._model is None:
+            slow = self._before_first_fit(rebuilt[0])
+        else:
+            slow = float(self._model.predict(rebuilt)[0])
         self.checked.append((job.submit_time_s, fast, slow))
         return fast
 
@@ -85,10 +88,11 @@ def test_runs_finishing_at_the_submission_second_do_not_count() -> None:
 
 
 def test_make_predictions_passes_the_unseen_policy() -> None:
-    from asrpt.sim.predictors import make_predictions
+    from asrpt.sim.predictors import DEFAULT_RF_UNSEEN_POLICY, make_predictions
 
-    assert make_predictions("rf").unseen_policy == "zero"
-    assert make_predictions("rf", rf_unseen_policy="model").unseen_policy == "model"
+    assert make_predictions("rf").unseen_policy == DEFAULT_RF_UNSEEN_POLICY
+    assert make_predictions("rf", rf_unseen_policy="zero").unseen_policy == "zero"
+    assert make_predictions("rf", rf_estimate="mean").estimate == "mean"
 
 
 def test_late_submissions_and_adopted_runs_fall_back_to_the_rebuild() -> None:
@@ -108,3 +112,62 @@ def test_late_submissions_and_adopted_runs_fall_back_to_the_rebuild() -> None:
     assert predictions._arrived[queued.job_id][COLUMN["group_count"]] == 0
     assert predictions._arrived[newer.job_id][COLUMN["group_count"]] == 1
     np.testing.assert_array_equal(predictions.training_matrix(), build_features(predictions._finished))
+
+
+def _pai_jobs(limit: int):
+    cluster = load_cluster("pai")
+    speed = cluster.speed_table(default_speed_table())
+    return cluster, build_jobs(read_trace(PAI_SLICE, "pai", limit=limit).records, cluster, speed, seed=0).jobs
+
+
+def test_pending_jobs_are_re_predicted_by_each_refit() -> None:
+    """Jobs that arrive before the first fit are predicted from nothing; after a refit,
+    ``annotate`` hands the policy the new forest's predictions, from the history finished
+    before now, and the same Job objects until the next refit (so the policy skips them)."""
+    from asrpt.core.model import ClusterSnapshot
+
+    cluster, jobs = _pai_jobs(400)
+    waiting, history = jobs[:40], jobs[40:]
+    start = min(j.submit_time_s for j in history)
+    waiting = [replace(j, submit_time_s=start - 1.0) for j in waiting]  # arrive before any finish
+    for rerank in (True, False):
+        predictions = RandomForestPredictions(first_fit_after=100, n_estimators=10, rerank=rerank)
+        arrived = [predictions.predict(j, start - 1.0) for j in waiting]
+        assert predictions.fits == 0
+        for n, job in enumerate(sorted(history, key=lambda j: j.submit_time_s)):
+            predictions.predict(job, job.submit_time_s)
+            predictions.observe_finished(job, SimRecord(job=job), job.submit_time_s + 1.0 + n * 1e-3)
+        assert predictions.fits >= 2
+        now_s = max(j.submit_time_s for j in history) + 10.0
+        snapshot = ClusterSnapshot(partitions=cluster.partitions, nodes=cluster.nodes, pending=tuple(arrived))
+        annotated = predictions.annotate(snapshot, now_s)
+        if not rerank:
+            assert annotated is snapshot
+            continue
+        again = predictions.annotate(snapshot, now_s)
+        assert all(a is b for a, b in zip(annotated.pending, again.pending))
+        rows = []
+        for job in arrived:
+            row = build_features([*predictions._finished, replace(_row(job), submit_time_s=now_s)])[-1]
+            row[[COLUMN["submit_hour"], COLUMN["submit_weekday"]]] = predictions._arrived[job.job_id][
+                [COLUMN["submit_hour"], COLUMN["submit_weekday"]]]
+            rows.append(row)
+        expected = predictions._model.predict(np.vstack(rows))
+        np.testing.assert_allclose([j.predicted_iterations for j in annotated.pending], expected)
+        assert [j.predicted_iterations for j in annotated.pending] != [j.predicted_iterations for j in arrived]
+
+
+def test_before_the_first_fit_an_unseen_job_starts_from_its_time_limit() -> None:
+    """Nothing finished: no scale from seconds to iterations, so the job is unknown (None, which
+    A-SRPT's cap reads as "as long as the limit allows"); then the finished jobs' ratio."""
+    _, jobs = _pai_jobs(3)
+    a, b = jobs[0], jobs[1]
+    predictions = RandomForestPredictions(unseen_policy="model", unseen_reference="time_limit")
+    job = replace(a, group="fresh", time_limit_s=3600.0)
+    assert predictions.iterations(job) is None
+    done = replace(b, group="done", true_iterations=100.0, time_limit_s=1000.0, submit_time_s=0.0)
+    predictions.iterations(done)
+    predictions.observe_finished(done, SimRecord(job=done), 1.0)
+    later = replace(job, job_id="later", submit_time_s=job.submit_time_s + 10.0)
+    assert predictions.iterations(later) == pytest.approx(np.expm1(np.log1p(3600.0) + np.log1p(100.0) - np.log1p(1000.0)))
+    assert RandomForestPredictions(unseen_policy="zero").iterations(replace(job, job_id="z")) == 0.0

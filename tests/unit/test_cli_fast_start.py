@@ -23,6 +23,7 @@ def test_literal_registries_match_the_real_ones():
     assert tuple(simulate.QUEUE_ORDERS) == tuple(QUEUE_ORDERS)
     assert tuple(simulate.VIRTUAL_MACHINES) == tuple(VIRTUAL_MACHINES)
     assert set(predict_commands.UNSEEN_POLICIES) == set(UNSEEN_POLICIES)
+    assert tuple(simulate.UNSEEN_POLICIES) == tuple(UNSEEN_POLICIES)
 
 
 def test_building_the_parser_imports_nothing_heavy():

@@ -23,6 +23,14 @@ PREDICTOR_NAMES = ("oracle", "history", "rf")
 DISPATCH_MODES = ("strict", "backfill", "greedy")
 QUEUE_ORDERS = ("work", "virtual_completion", "remaining")
 VIRTUAL_MACHINES = ("cluster", "pool")
+from asrpt.core.prediction import (  # noqa: E402  (light: names and defaults only)
+    DEFAULT_RF_ESTIMATE,
+    DEFAULT_RF_UNSEEN_POLICY,
+    DEFAULT_RF_UNSEEN_REFERENCE,
+    ESTIMATES,
+    UNSEEN_POLICIES,
+    UNSEEN_REFERENCES,
+)
 
 #: Jobs the demo replays by default: enough for the afternoon queue to form, quick to run.
 DEMO_JOBS = 1500
@@ -52,7 +60,39 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="cluster TOML file or built-in name (pai, philly, gavel, testbed)")
     parser.add_argument("--policy", action="append", choices=POLICY_NAMES, help="policy to run (repeatable)")
-    parser.add_argument("--predictor", choices=PREDICTOR_NAMES, default="history", help="where predicted iterations come from")
+    parser.add_argument(
+        "--predictor",
+        choices=PREDICTOR_NAMES,
+        default="rf",
+        help="where predicted iterations come from (default rf: the random forest the daemon uses, learning only "
+        "from jobs finished earlier in the replay)",
+    )
+    parser.add_argument(
+        "--rf-unseen-policy",
+        choices=UNSEEN_POLICIES,
+        default=DEFAULT_RF_UNSEEN_POLICY,
+        help=f"rf, jobs with no group history: model (the forest's correction to the reference), fallback (the "
+        f"reference alone) or zero (the paper: predict 0, they go first); default {DEFAULT_RF_UNSEEN_POLICY}",
+    )
+    parser.add_argument(
+        "--rf-unseen-reference",
+        choices=UNSEEN_REFERENCES,
+        default=DEFAULT_RF_UNSEEN_REFERENCE,
+        help="rf, the reference of jobs with no group history: the user's or global median (history) or the "
+        f"time limit scaled by the typical iterations/limit ratio (time_limit); default {DEFAULT_RF_UNSEEN_REFERENCE}",
+    )
+    parser.add_argument(
+        "--rf-estimate",
+        choices=ESTIMATES,
+        default=DEFAULT_RF_ESTIMATE,
+        help="rf, the point of the trees' distribution: median (log-space mean), mean (linear-space mean over "
+        f"trees: expected work) or lognormal (exp(mu + sigma^2/2)); default {DEFAULT_RF_ESTIMATE}",
+    )
+    parser.add_argument(
+        "--no-time-limit-cap",
+        action="store_true",
+        help="A-SRPT: do not cap predictions at what fits in the job's time limit (the paper's unbounded belief)",
+    )
     parser.add_argument("--seed", action="append", type=int, help="workload-mapping seed (repeat to sweep)")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
     parser.add_argument("--strict", action="store_true", help="fail on the first bad trace row instead of skipping it")
@@ -154,6 +194,11 @@ def run_simulate(args: argparse.Namespace) -> int:
         cluster_name=args.cluster,
         policies=args.policy or ["asrpt", "fifo", "multifactor"],
         predictor=args.predictor,
+        predictor_options={
+            "rf_unseen_policy": args.rf_unseen_policy,
+            "rf_unseen_reference": args.rf_unseen_reference,
+            "rf_estimate": args.rf_estimate,
+        },
         seeds=args.seed or [0],
         limit=args.limit,
         strict=args.strict,
@@ -162,6 +207,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             queue_order=args.queue_order,
             overdue_after_s=args.overdue_after_s,
             virtual_machine=args.virtual_machine,
+            time_limit_cap=not args.no_time_limit_cap,
         ),
         progress=not args.no_progress,
         forecast_samples=args.forecast_samples if args.forecast else 0,
@@ -218,6 +264,7 @@ def compare(
     slurm_fills: bool = True,
     baseline_comm_heavy_hold: bool = False,
     job_rows: bool = False,
+    predictor_options: dict[str, Any] | None = None,
 ) -> Comparison:
     """Run every policy on the same jobs for every seed; the report is ``--json``'s content.
 
@@ -273,7 +320,7 @@ def compare(
                     cluster.partitions,
                     cluster.nodes,
                     policy,
-                    make_predictions(predictor, seed=seed),
+                    make_predictions(predictor, seed=seed, **(predictor_options or {})),
                     speed=speed,
                     samples=forecast_samples,
                     seed=seed,
@@ -286,7 +333,7 @@ def compare(
                     cluster.partitions,
                     cluster.nodes,
                     policy,
-                    make_predictions(predictor, seed=seed),
+                    make_predictions(predictor, seed=seed, **(predictor_options or {})),
                     progress=bar.update if bar else None,
                     slurm_fills=slurm_fills,
                 )

@@ -20,6 +20,14 @@ from typing import Any, Mapping
 
 from asrpt import paths
 from asrpt.core.model import Partition
+from asrpt.core.prediction import (
+    DEFAULT_RF_ESTIMATE,
+    DEFAULT_RF_UNSEEN_POLICY,
+    DEFAULT_RF_UNSEEN_REFERENCE,
+    ESTIMATES,
+    UNSEEN_POLICIES,
+    UNSEEN_REFERENCES,
+)
 from asrpt.core.speed import default_speed_table
 from asrpt.exceptions import ConfigError
 from asrpt.serving.hardware import find_accelerator, known_accelerator_names
@@ -70,9 +78,18 @@ class SchedulerSection:
     backfill_depth: int = 100
     #: ``cluster`` (one virtual machine, the paper) or ``pool`` (one per set of partitions).
     virtual_machine: str = "cluster"
-    #: Jobs with no history: ``zero`` (the paper: predict 0 iterations, they go first),
-    #: ``fallback`` (group, then user, then global median) or ``model`` (the forest anyway).
-    unseen_policy: str = "zero"
+    #: Jobs with no group history: ``model`` (the default: the forest's correction, from the
+    #: request and the user's history, to the user's or global median), ``fallback`` (that
+    #: median alone) or ``zero`` (the paper: predict 0 iterations, they go first).
+    unseen_policy: str = DEFAULT_RF_UNSEEN_POLICY
+    #: Which point of the forest's distribution a prediction is: ``median`` (trees averaged
+    #: in log space), ``mean`` (in linear space: expected work) or ``lognormal``.
+    estimate: str = DEFAULT_RF_ESTIMATE
+    #: Where the prediction of a job without group history starts: ``time_limit`` (its limit
+    #: scaled by the typical iterations / limit ratio) or ``history`` (user's, global median).
+    unseen_reference: str = DEFAULT_RF_UNSEEN_REFERENCE
+    #: Cap predicted iterations at what fits in the job's time limit (false: the paper).
+    time_limit_cap: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +174,9 @@ _CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("scheduler", "mode"): ("strict", "backfill", "greedy"),
     ("scheduler", "queue_order"): ("work", "virtual_completion", "remaining"),
     ("scheduler", "virtual_machine"): ("cluster", "pool"),
-    ("scheduler", "unseen_policy"): ("zero", "fallback", "model"),
+    ("scheduler", "unseen_policy"): UNSEEN_POLICIES,
+    ("scheduler", "estimate"): ESTIMATES,
+    ("scheduler", "unseen_reference"): UNSEEN_REFERENCES,
 }
 #: Seconds that must be finite and at least this: a cycle, sync or retrain at 0 s is a busy
 #: loop against slurmctld (tests run cycles at 0.5 s), a 0 s back-off retries a failing Slurm

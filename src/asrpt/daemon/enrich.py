@@ -77,6 +77,10 @@ class HistoryEnrichment:
         self.model_version = model_version
         self.serving = serving
         self._known: dict[str, _Known] = {}
+        #: Set by :meth:`repredict_pending`: the next cycle predicts its pending jobs again.
+        self._repredict_pending = False
+        #: Pending jobs to predict again in this cycle although a prediction is stored.
+        self._repredict: set[str] = set()
 
     def annotate(self, snapshot: ClusterSnapshot, now_s: float) -> ClusterSnapshot:
         self._reasons = {}
@@ -89,6 +93,13 @@ class HistoryEnrichment:
             pending=tuple(self._check(j, now_s) for j in snapshot.pending),
             running=tuple(replace(r, job=self._check(r.job, now_s)) for r in snapshot.running),
         )
+        if self._repredict_pending:
+            self._repredict_pending = False
+            for job in snapshot.pending:
+                known = self._known.get(job.job_id)
+                if known is not None and not known.isolated:
+                    del self._known[job.job_id]
+                    self._repredict.add(job.job_id)
         everyone = [*snapshot.pending, *(r.job for r in snapshot.running)]
         self._learn([j for j in everyone if j.job_id not in self._known], jobs, now_s)
         live = {j.job_id for j in everyone}
@@ -163,6 +174,13 @@ class HistoryEnrichment:
         except Exception as error:
             return replace(running, job=self._fallback(running.job, now_s, error))
 
+    def repredict_pending(self) -> None:
+        """After a retrain: the next cycle predicts every pending job again with the new model
+        (a job is otherwise predicted once, when first seen, from the model of that moment,
+        and a queue that formed before the first fit would keep 0 or its hint for good).
+        Running jobs keep theirs (and their raises)."""
+        self._repredict_pending = True
+
     def forget(self, job_id: str) -> None:
         """Drop the cached view of a job (its prediction changed elsewhere)."""
         self._known.pop(job_id, None)
@@ -179,7 +197,7 @@ class HistoryEnrichment:
                 if submission is None or submission.source == "wrapper" and submission.accelerators is None:
                     submission = self._record_from_slurm(job, slurm.get(job.job_id), submission)
                 prediction = stored.get(job.job_id)
-                if prediction is None:
+                if prediction is None or job.job_id in self._repredict:
                     to_predict.append((job, submission))
                     continue
                 self._known[job.job_id] = self._known_from(submission, prediction.predicted_iterations, job)
@@ -187,6 +205,7 @@ class HistoryEnrichment:
                 raise
             except Exception as error:
                 self._isolate_known(job, error)
+        self._repredict.difference_update(j.job_id for j in new_jobs)
         if to_predict:
             version = self.model_version()
             for (job, submission), iterations in zip(to_predict, self._predictions([s for _, s in to_predict])):

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from asrpt.core.prediction import DEFAULT_RF_ESTIMATE, DEFAULT_RF_UNSEEN_POLICY, DEFAULT_RF_UNSEEN_REFERENCE
 from asrpt.db.repository import HistoryRepository, HistoryRow, SubmissionRecord
 from asrpt.predict.features import JobRecord, build_features
 from asrpt.predict.predictor import IterationPredictor
@@ -36,12 +37,24 @@ def _row(submission: SubmissionRecord) -> JobRecord:
 
 
 class DaemonPredictor:
-    """Holds the current forest; before there is enough history it falls back to the user's
-    hint, then to the configured unseen rule (0: the paper's "unseen jobs go first")."""
+    """Holds the current forest (the daemon always predicts with it once trained; the unseen
+    rule and the estimate come from ``[scheduler]``); before there is enough history it falls
+    back to the user's hint, then to 0."""
 
-    def __init__(self, repository: HistoryRepository, *, unseen_policy: str = "zero", min_rows: int = 20, random_state: int = 0):
+    def __init__(
+        self,
+        repository: HistoryRepository,
+        *,
+        unseen_policy: str = DEFAULT_RF_UNSEEN_POLICY,
+        estimate: str = DEFAULT_RF_ESTIMATE,
+        unseen_reference: str = DEFAULT_RF_UNSEEN_REFERENCE,
+        min_rows: int = 20,
+        random_state: int = 0,
+    ):
         self.repository = repository
         self.unseen_policy = unseen_policy
+        self.estimate = estimate
+        self.unseen_reference = unseen_reference
         self.min_rows = min_rows
         self.random_state = random_state
         self.model: IterationPredictor | None = None
@@ -57,7 +70,10 @@ class DaemonPredictor:
             return 0
         X = build_features(rows)
         y = np.array([float(r.iterations) for r in rows], dtype=float)
-        self.model = IterationPredictor(random_state=self.random_state, unseen_policy=self.unseen_policy, n_jobs=1).fit(X, y)
+        self.model = IterationPredictor(
+            random_state=self.random_state, unseen_policy=self.unseen_policy, estimate=self.estimate,
+            unseen_reference=self.unseen_reference, n_jobs=1,
+        ).fit(X, y)
         self.version = f"rf-{len(rows)}-{int(now_s)}"
         log.info("retrained the iteration predictor on %d jobs (%s)", len(rows), self.version)
         return len(rows)

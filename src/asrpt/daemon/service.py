@@ -70,6 +70,7 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
         queue_order=sched.queue_order,  # type: ignore[arg-type]
         overdue_after_s=sched.overdue_after_s,
         virtual_machine=sched.virtual_machine,  # type: ignore[arg-type]
+        time_limit_cap=sched.time_limit_cap,
     )
 
 
@@ -243,7 +244,12 @@ class Daemon:
             config.slurm, runner=runner, iteration_time_s=self._iteration_time_s, admin_comment=self._admin_comment
         )
         self.policy = make_policy(config.daemon.policy, self.speed, policy_options(config))
-        self.predictor = DaemonPredictor(repository, unseen_policy=config.scheduler.unseen_policy)
+        self.predictor = DaemonPredictor(
+            repository,
+            unseen_policy=config.scheduler.unseen_policy,
+            estimate=config.scheduler.estimate,
+            unseen_reference=config.scheduler.unseen_reference,
+        )
         self.serving = ServingPlanner(
             config.serving.plan, {p.name: p.serving_accelerator for p in config.partitions}
         )
@@ -450,7 +456,11 @@ class Daemon:
         return None if math.isinf(alpha_s) else alpha_s
 
     def retrain(self) -> int:
-        return self.predictor.retrain(self.clock.now_s())
+        """Refit the forest; if it learnt anything, re-predict the pending jobs next cycle."""
+        rows = self.predictor.retrain(self.clock.now_s())
+        if rows:
+            self.enrichment.repredict_pending()
+        return rows
 
     # -- hooks the backend calls -------------------------------------------------------------
     def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:

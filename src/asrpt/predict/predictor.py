@@ -21,6 +21,15 @@ decides: ``"zero"`` is the A-SRPT paper's choice (predict 0 so that new jobs run
 reveal their length quickly, with :func:`raise_underestimate` correcting the order as they
 run), ``"fallback"`` uses the median chain alone (group, then user, then global), and
 ``"model"`` applies the forest's correction to it as for any other job.
+
+``estimate`` is which point of the trees' distribution a prediction is. ``"median"`` (the
+paper's forest, and the default before issue 15) averages the trees in log space, about the
+median run. A non-preemptive order minimises mean completion time by *expected* work, and a
+right-skewed run length has a mean above its median, the more so the less the model knows:
+``"mean"`` averages the trees' predictions in linear space (each tree a sample of the
+conditional run length), ``"lognormal"`` is exp(mu + sigma^2/2) with mu the trees' mean in
+log space and sigma^2 their variance plus the forest's out-of-bag error variance (the scatter
+of runs around the prediction, which the trees' disagreement alone misses).
 """
 
 from __future__ import annotations
@@ -33,9 +42,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from asrpt.core.prediction import ESTIMATES, UNSEEN_POLICIES, UNSEEN_REFERENCES  # re-exported
 from asrpt.predict.features import COLUMN, FEATURE_NAMES, MISSING
 
-UNSEEN_POLICIES: tuple[str, ...] = ("zero", "fallback", "model")
 
 #: Up to this many rows, :meth:`IterationPredictor._forest_mean` walks the trees itself; beyond
 #: it scikit-learn's batched (and, with ``n_jobs``, parallel) predict is the faster.
@@ -59,6 +68,16 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
     residual_clip:
         Bound on the learnt correction to the reference, in log1p units (1.0 is a factor of
         about e either way).
+    unseen_reference:
+        Reference of rows without group history: ``"history"`` (the user's median, else the
+        global one) or ``"time_limit"`` (the requested time limit scaled by the median
+        log ratio of iterations to time limit over the training jobs: a limit is a hard upper
+        bound on the run and users over-request it by a typical factor; rows without a limit
+        keep the history reference).
+    unseen_residual_clip:
+        The same bound for rows without group history (None: ``residual_clip``). Their
+        reference is only the user's or the global median, so the request (accelerators, time
+        limit) must be able to move the prediction further than a rerun's crash should.
     random_state:
         Seed passed to the forest, for reproducible fits.
     unseen_policy:
@@ -66,6 +85,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         ``"zero"``, ``"fallback"`` or ``"model"`` (see the module docstring).
     n_jobs:
         Parallel workers for fitting and predicting (scikit-learn's meaning).
+    estimate:
+        ``"median"``, ``"mean"`` or ``"lognormal"``: which point of the trees' distribution
+        a prediction is (see the module docstring).
 
     Attributes
     ----------
@@ -90,6 +112,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         random_state: int | None = None,
         unseen_policy: str = "fallback",
         n_jobs: int | None = None,
+        estimate: str = "median",
+        unseen_residual_clip: float | None = None,
+        unseen_reference: str = "history",
     ) -> None:
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -99,6 +124,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.unseen_policy = unseen_policy
         self.n_jobs = n_jobs
+        self.estimate = estimate
+        self.unseen_residual_clip = unseen_residual_clip
+        self.unseen_reference = unseen_reference
 
     def fit(self, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> IterationPredictor:
         """Fit on feature rows ``X`` and iterations ``y`` (>= 0). Returns ``self``."""
@@ -106,16 +134,27 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"unseen_policy must be one of {UNSEEN_POLICIES}, got {self.unseen_policy!r}"
             )
+        if self.estimate not in ESTIMATES:
+            raise ValueError(f"estimate must be one of {ESTIMATES}, got {self.estimate!r}")
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         self._check_width(X)
         if np.any(y < 0):
             raise ValueError("iterations must be >= 0")
         if not self.residual_clip > 0:
             raise ValueError(f"residual_clip must be > 0, got {self.residual_clip!r}")
+        if self.unseen_reference not in UNSEEN_REFERENCES:
+            raise ValueError(f"unseen_reference must be 'history' or 'time_limit', got {self.unseen_reference!r}")
         self.global_median_ = float(np.median(y))
-        residual = np.clip(
-            np.log1p(y) - self._reference_log(X), -self.residual_clip, self.residual_clip
+        limited = X[:, COLUMN["log_time_limit"]] != MISSING
+        self.limit_log_ratio_ = (
+            float(np.median(np.log1p(y[limited]) - X[limited, COLUMN["log_time_limit"]])) if limited.any() else 0.0
         )
+        clip = np.full(X.shape[0], float(self.residual_clip))
+        if self.unseen_residual_clip is not None:
+            if not self.unseen_residual_clip > 0:
+                raise ValueError(f"unseen_residual_clip must be > 0, got {self.unseen_residual_clip!r}")
+            clip[X[:, COLUMN["group_count"]] <= 0] = float(self.unseen_residual_clip)
+        residual = np.clip(np.log1p(y) - self._reference_log(X), -clip, clip)
         self.forest_ = RandomForestRegressor(
             n_estimators=self.n_estimators,
             max_depth=self.max_depth,
@@ -123,7 +162,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
             max_features=self.max_features,
             random_state=self.random_state,
             n_jobs=self.n_jobs,
+            oob_score=self.estimate == "lognormal" and X.shape[0] >= 2,
         ).fit(X, residual, sample_weight=sample_weight)
+        self.residual_var_ = self._residual_variance(X, residual)
         self.sklearn_version_ = sklearn.__version__
         return self
 
@@ -150,17 +191,51 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         modelled = ~unseen if self.unseen_policy != "model" else ~hinted
         predicted = np.empty(X.shape[0], dtype=np.float64)
         if modelled.all():
-            predicted[:] = np.clip(np.expm1(reference + self._forest_mean(X)), 0.0, None)
+            predicted[:] = self._modelled(X, reference)
         elif modelled.any():
-            predicted[modelled] = np.clip(
-                np.expm1(reference[modelled] + self._forest_mean(X[modelled])), 0.0, None
-            )
+            predicted[modelled] = self._modelled(X[modelled], reference[modelled])
         predicted[hinted] = np.expm1(X[hinted, COLUMN["log_hint_adjusted"]])
         if self.unseen_policy == "zero":
             predicted[rest] = 0.0
         elif self.unseen_policy == "fallback":
             predicted[rest] = np.expm1(reference[rest])
         return predicted
+
+    def _modelled(self, X: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """Iterations of rows predicted by the forest's correction to ``reference`` (log1p)."""
+        estimate = getattr(self, "estimate", "median")  # models pickled before the parameter
+        if estimate == "median":
+            return np.clip(np.expm1(reference + self._forest_mean(X)), 0.0, None)
+        per_tree = reference[:, np.newaxis] + self._per_tree(X)  # log1p iterations, rows x trees
+        if estimate == "mean":
+            return np.clip(np.expm1(per_tree).mean(axis=1), 0.0, None)
+        seen_var, unseen_var = getattr(self, "residual_var_", (0.0, 0.0))
+        error_var = np.where(X[:, COLUMN["group_count"]] <= 0, unseen_var, seen_var)
+        mu, variance = per_tree.mean(axis=1), per_tree.var(axis=1) + error_var
+        return np.clip(np.expm1(mu + variance / 2.0), 0.0, None)
+
+    def _residual_variance(self, X: np.ndarray, residual: np.ndarray) -> tuple[float, float]:
+        """Out-of-bag variance of the forest's error in log space, (seen rows, unseen rows).
+
+        The trees' disagreement is only the model's own uncertainty; a run's length scatters
+        around even a perfect conditional median (on Philly by about a factor e), and the
+        expected run length carries that scatter too. 0 unless ``estimate="lognormal"``.
+        """
+        oob = getattr(self.forest_, "oob_prediction_", None)
+        if oob is None:
+            return (0.0, 0.0)
+        oob = np.asarray(oob).reshape(-1)
+        ok = np.isfinite(oob)
+        unseen = X[:, COLUMN["group_count"]] <= 0
+        out = []
+        for rows in (~unseen & ok, unseen & ok):
+            out.append(float(np.var(residual[rows] - oob[rows])) if rows.sum() >= 2 else 0.0)
+        return (out[0], out[1])
+
+    def _per_tree(self, X: np.ndarray) -> np.ndarray:
+        """Each tree's predicted residual, rows x trees."""
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        return np.column_stack([tree.tree_.predict(X32)[:, 0] for tree in self.forest_.estimators_])
 
     def _forest_mean(self, X: np.ndarray) -> np.ndarray:
         """The forest's prediction; for a few rows, its trees walked here instead of via joblib.
@@ -188,6 +263,9 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         for key in REFERENCE_CHAIN:  # later keys are more specific and override earlier ones
             has = X[:, COLUMN[f"{key}_count"]] > 0
             out[has] = X[has, COLUMN[f"{key}_median"]]
+        if getattr(self, "unseen_reference", "history") == "time_limit":  # older pickles: history
+            limited = (X[:, COLUMN["log_time_limit"]] != MISSING) & (X[:, COLUMN["group_count"]] <= 0)
+            out[limited] = X[limited, COLUMN["log_time_limit"]] + self.limit_log_ratio_
         return out
 
     def _check_width(self, X: np.ndarray) -> None:

@@ -23,8 +23,9 @@ cell, in total and per partition. The cluster is calibrated once per (trace, loa
 first seed's jobs, and shared by all seeds, so the seeds vary the workload mapping only.
 
 Policies are labelled as in :data:`MATRIX_POLICIES`: baselines run with the ``history``
-predictor (what ``asrpt simulate`` uses by default; only ``spwf`` and ``qssf`` read
-predictions), A-SRPT once per predictor (``asrpt/oracle``, ``asrpt/history``, ``asrpt/rf``).
+predictor (the group/user median qssf was designed around; only ``spwf`` and ``qssf`` read
+predictions), A-SRPT once per predictor (``asrpt/oracle``, ``asrpt/history``, ``asrpt/rf``);
+an rf label may add predictor options after colons (:data:`LABEL_OPTIONS`).
 Each (trace, load, seed, policy) replay is one independent cell, run in a process pool.
 """
 
@@ -42,7 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from asrpt.core.model import Job, Node
+from asrpt.core.model import Job, Node, derived_shape
 from asrpt.core.speed import SpeedTable
 from asrpt.exceptions import AsrptError, ConfigError
 from asrpt.sim.clusters import ClusterSpec
@@ -86,6 +87,37 @@ MATRIX_POLICIES: dict[str, tuple[str, str]] = {
     "asrpt/history": ("asrpt", "history"),
     "asrpt/rf": ("asrpt", "rf"),
 }
+#: Options a label may add after colons, ``asrpt/rf:unseen=zero:estimate=mean`` (the paper's
+#: unseen rule, expected-work ranking): option -> keyword of ``make_predictions``.
+LABEL_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "unseen": ("rf_unseen_policy", str),
+    "estimate": ("rf_estimate", str),
+    "clip": ("rf_unseen_residual_clip", float),
+    "ref": ("rf_unseen_reference", str),
+    "rerank": ("rf_rerank", lambda text: {"1": True, "0": False}[text]),
+}
+
+
+def parse_label(label: str) -> tuple[str, str, dict[str, Any]]:
+    """(policy, predictor, make_predictions keywords) of a matrix label (``LABEL_OPTIONS``)."""
+    base, _, rest = label.partition(":")
+    if base not in MATRIX_POLICIES:
+        raise ConfigError(f"unknown matrix policy {base!r}; valid: {', '.join(MATRIX_POLICIES)}")
+    policy, predictor = MATRIX_POLICIES[base]
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split(":")):
+        key, _, value = item.partition("=")
+        if key not in LABEL_OPTIONS or not value or predictor != "rf":
+            raise ConfigError(f"matrix label {label!r}: {item!r} is not one of "
+                              f"{', '.join(k + '=...' for k in LABEL_OPTIONS)} (rf labels only)")
+        keyword, parse = LABEL_OPTIONS[key]
+        try:
+            options[keyword] = parse(value)
+        except (KeyError, ValueError):
+            raise ConfigError(f"matrix label {label!r}: bad value in {item!r}") from None
+    return policy, predictor, options
+
+
 #: The non-oracle baselines A-SRPT is compared with ("vs best baseline").
 BASELINES: tuple[str, ...] = ("fifo", "multifactor", "qssf", "spwf", "tiresias")
 #: Rough relative cost of one replay, to start the slow cells first (better packing on the pool).
@@ -201,13 +233,15 @@ def scaled_cluster(base: ClusterSpec, nodes_by_partition: dict[str, int], *, nam
 
 
 def _node_floor(jobs: Sequence[Job], cluster: ClusterSpec) -> dict[str, int]:
-    """Nodes each partition needs so that every job that may run there still fits there."""
+    """Nodes each partition needs so that every job that may run there still fits there, in the
+    shape it asks for (a prime 17 on 8-GPU nodes needs 17 nodes, not ceil(17/8) = 3)."""
     per_node = {p.name: cluster.accelerators_per_node(p.name) for p in cluster.partitions}
     floor = {p: 1 for p in per_node}
     for job in jobs:
         for partition in cluster.partitions:
             if job.allows(partition):
-                need = math.ceil(job.accelerators / per_node[partition.name])
+                shape = job.request_shape
+                need = shape.nodes if shape.nodes is not None else derived_shape(job.accelerators, per_node[partition.name])[0]
                 if need > floor[partition.name]:
                     floor[partition.name] = need
     return floor
@@ -342,10 +376,10 @@ def _run_cell(cell: _Cell) -> dict[str, Any]:
 
     cluster, speed, jobs, bound, load = _workload(cell.trace, cell.path, cell.jobs_limit, cell.load, cell.seed,
                                                   cell.calibration_seed, cell.per_partition)
-    policy_name, predictor = MATRIX_POLICIES[cell.policy]
+    policy_name, predictor, options = parse_label(cell.policy)
     started = time.perf_counter()
     outcome = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(policy_name, speed),
-                       make_predictions(predictor, seed=cell.seed))
+                       make_predictions(predictor, seed=cell.seed, **options))
     metrics = policy_metrics(outcome)
     wall_s = time.perf_counter() - started
     return {
@@ -388,9 +422,8 @@ def run_matrix(
     ``jobs_per_trace`` overrides each trace's ``default_jobs``; ``workers`` > 1 runs cells in a
     process pool (they are independent), 1 runs them here.
     """
-    bad = [p for p in policies if p not in MATRIX_POLICIES]
-    if bad:
-        raise ConfigError(f"unknown matrix policy(ies) {', '.join(bad)}; valid: {', '.join(MATRIX_POLICIES)}")
+    for label in policies:
+        parse_label(label)
     if not traces:
         raise AsrptError("no trace to run: every requested trace is missing")
     if not seeds or len(set(seeds)) != len(seeds):
@@ -405,7 +438,7 @@ def run_matrix(
         _Cell(trace, str(path), jobs_per_trace or trace.default_jobs, float(load), seed, seeds[0], policy, per_partition)
         for trace, path in traces for load in loads for seed in seeds for policy in policies
     ]
-    order = sorted(range(len(cells)), key=lambda i: (_COST_RANK.get(cells[i].policy, 9), -cells[i].load, i))
+    order = sorted(range(len(cells)), key=lambda i: (_COST_RANK.get(cells[i].policy.partition(":")[0], 9), -cells[i].load, i))
     started = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(cells)
 

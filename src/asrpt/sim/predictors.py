@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from asrpt.core.model import ClusterSnapshot, Job
+from asrpt.core.prediction import DEFAULT_RF_ESTIMATE, DEFAULT_RF_UNSEEN_POLICY, DEFAULT_RF_UNSEEN_REFERENCE
 from asrpt.sim.cluster import JobRecord
 
 PREDICTOR_NAMES: tuple[str, ...] = ("oracle", "history", "rf")
@@ -72,13 +73,27 @@ class GroupHistoryPredictions(_ArrivalPredictions):
             self._by_user.setdefault(job.user, []).append(iterations)
 
 
-def make_predictions(name: str, *, seed: int = 0, rf_unseen_policy: str = "zero") -> SimPredictions:
+
+
+def make_predictions(
+    name: str,
+    *,
+    seed: int = 0,
+    rf_unseen_policy: str = DEFAULT_RF_UNSEEN_POLICY,
+    rf_estimate: str = DEFAULT_RF_ESTIMATE,
+    rf_unseen_residual_clip: float | None = None,
+    rf_rerank: bool = True,
+    rf_unseen_reference: str = DEFAULT_RF_UNSEEN_REFERENCE,
+) -> SimPredictions:
     """The predictor called ``name`` (see ``PREDICTOR_NAMES``).
 
     ``rf_unseen_policy`` is what rf predicts for a job whose group has no finished run
-    (:data:`asrpt.predict.predictor.UNSEEN_POLICIES`). "zero" is the paper's rule; on the PAI
-    trace it predicts 0 for 70 % of arrivals, and "model" cuts A-SRPT's total JCT to about
-    a quarter of that (bench/README.md).
+    (:data:`asrpt.predict.predictor.UNSEEN_POLICIES`); "zero" is the paper's rule, which on
+    the PAI trace predicts 0 for 70 % of arrivals. ``rf_unseen_reference`` is where such a
+    job's prediction starts (``"time_limit"``: its limit scaled by the typical ratio);
+    ``rf_estimate`` is the point of the forest's distribution used
+    (:data:`asrpt.predict.predictor.ESTIMATES`); ``rf_rerank`` re-predicts pending jobs after
+    each refit. The defaults are in :mod:`asrpt.core.prediction`.
     """
     if name == "oracle":
         return OraclePredictions()
@@ -87,5 +102,9 @@ def make_predictions(name: str, *, seed: int = 0, rf_unseen_policy: str = "zero"
     if name == "rf":
         from asrpt.sim.rf_predictions import RandomForestPredictions
 
-        return RandomForestPredictions(random_state=seed, unseen_policy=rf_unseen_policy)
+        return RandomForestPredictions(
+            random_state=seed, unseen_policy=rf_unseen_policy, estimate=rf_estimate,
+            unseen_residual_clip=rf_unseen_residual_clip, rerank=rf_rerank,
+            unseen_reference=rf_unseen_reference,
+        )
     raise ValueError(f"unknown predictor {name!r}; valid: {', '.join(PREDICTOR_NAMES)}")

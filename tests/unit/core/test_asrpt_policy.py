@@ -258,3 +258,41 @@ def test_a_prefixed_reason_keeps_the_dispatchers_reason_behind_it():
     reasons.prefix("b", "heads the queue after {} days", 9)
     assert reasons["a"] == "heads the queue after 8 days; waiting for 4 accelerators"
     assert reasons["b"] == "heads the queue after 9 days"
+
+
+def test_beliefs_are_capped_at_what_fits_in_the_time_limit():
+    """A job predicted at 10,000 iterations with a 100 s limit at 1 s per iteration can run
+    at most 100: it is ranked (and reserved for) as a 100-iteration job, unless the cap is off."""
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    over = replace(flat_job("over", 1, 50.0), predicted_iterations=10_000.0, time_limit_s=100.0)
+    mid = flat_job("mid", 1, 500.0)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(over, mid))
+    capped = ASRPTPolicy(speed)
+    alpha = capped._alpha_min_s(over, snapshot, capped.new_state())
+    assert capped.capped_iterations(over, alpha) == pytest.approx(100.0 / alpha)
+    assert capped.runtime_s(over, alpha) == pytest.approx(100.0)
+    assert capped.capped_iterations(mid, alpha) == 500.0  # no limit: no cap
+    paper = ASRPTPolicy(speed, ASRPTOptions(time_limit_cap=False))
+    assert paper.capped_iterations(over, alpha) == 10_000.0
+    assert paper.runtime_s(over, alpha) == pytest.approx(10_000.0 * alpha)
+    for policy, first in ((capped, "over"), (paper, "mid")):
+        assert policy.decide(snapshot, 20_000.0, policy.new_state()).starts[0].job_id == first
+
+
+def test_a_job_without_any_prediction_is_believed_to_run_its_time_limit():
+    """None (nothing known, not the paper's 0) with a limit: what fits in the limit; without
+    a limit, or with the cap off, None stays the paper's 0."""
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    unknown = replace(flat_job("unknown", 1, 50.0), predicted_iterations=None, time_limit_s=100.0)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(unknown,))
+    policy = ASRPTPolicy(speed)
+    alpha = policy._alpha_min_s(unknown, snapshot, policy.new_state())
+    assert policy.capped_iterations(unknown, alpha) == pytest.approx(100.0 / alpha)
+    assert policy.runtime_s(unknown, alpha) == pytest.approx(100.0)
+    assert policy.capped_iterations(replace(unknown, time_limit_s=None), alpha) == 0.0
+    paper = ASRPTPolicy(speed, ASRPTOptions(time_limit_cap=False))
+    assert paper.capped_iterations(unknown, alpha) == 0.0 and paper.runtime_s(unknown, alpha) == 0.0
+    oracle = ASRPTPolicy(speed, ASRPTOptions(use_true_iterations=True))
+    assert oracle.capped_iterations(unknown, alpha) == pytest.approx(50.0)

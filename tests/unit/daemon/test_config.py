@@ -160,3 +160,17 @@ def test_a_partition_may_name_its_serving_accelerator():
         {},
     )
     assert [p.serving_accelerator for p in config.partitions] == ["A100-40GB", None]
+
+
+def test_the_daemon_predicts_with_the_forest_defaults_and_can_restore_the_paper():
+    from asrpt.core.prediction import DEFAULT_RF_ESTIMATE, DEFAULT_RF_UNSEEN_POLICY, DEFAULT_RF_UNSEEN_REFERENCE
+    from asrpt.daemon.service import policy_options
+
+    sched = parse_config({}, {}).scheduler
+    assert (sched.unseen_policy, sched.unseen_reference, sched.estimate) == (
+        DEFAULT_RF_UNSEEN_POLICY, DEFAULT_RF_UNSEEN_REFERENCE, DEFAULT_RF_ESTIMATE)
+    assert policy_options(parse_config({}, {})).time_limit_cap is True
+    paper = parse_config({"scheduler": {"unseen_policy": "zero", "unseen_reference": "history", "time_limit_cap": False}}, {})
+    assert paper.scheduler.unseen_policy == "zero" and policy_options(paper).time_limit_cap is False
+    with pytest.raises(ConfigError, match="estimate = 'mode' is not one of median, mean, lognormal"):
+        parse_config({"scheduler": {"estimate": "mode"}}, {})

@@ -279,3 +279,70 @@ def test_predict_unchecked_is_the_forests_own_predict(
     np.testing.assert_array_equal(model._forest_mean(sample), model.forest_.predict(sample))
     np.testing.assert_array_equal(model.predict_unchecked(sample), reference_predict(model, sample))
     np.testing.assert_array_equal(model.predict(sample), reference_predict(model, sample))
+
+
+def _limited_unseen_row(limit_s: float | None, history: list[JobRecord]) -> np.ndarray:
+    new = JobRecord(job_id="new", user="nobody", group="never-seen", submit_time_s=1e9, accelerators=1.0,
+                    accelerator_type="v100", time_limit_s=limit_s)
+    return build_features([*history, new])[-1:]
+
+
+def _with_limits(history: list[JobRecord], factor: float) -> list[JobRecord]:
+    """Every run requested ``factor`` x its iterations as a time limit (seconds)."""
+    return [JobRecord(**{**_as_dict(r), "time_limit_s": r.iterations * factor}) for r in history]
+
+
+def test_time_limit_reference_scales_the_limit_by_the_typical_ratio() -> None:
+    history = _with_limits(synthetic_history(), 6.0)
+    X = build_features(history)
+    y = np.array([r.iterations for r in history])
+    model = small(unseen_policy="fallback", unseen_reference="time_limit").fit(X, y)
+    assert math.exp(model.limit_log_ratio_) == pytest.approx(1 / 6, rel=0.05)
+    # A limit of 60,000 s from a user who over-requests 6x: about 10,000 iterations, in
+    # log1p space (the ratio is a median of log1p differences).
+    assert model.predict(_limited_unseen_row(60_000.0, history))[0] == pytest.approx(10_000.0, rel=0.05)
+    # Longer limits predict longer runs; without a limit the history reference stays.
+    assert model.predict(_limited_unseen_row(600_000.0, history))[0] > model.predict(_limited_unseen_row(60_000.0, history))[0]
+    history_ref = small(unseen_policy="fallback").fit(X, y)
+    no_limit = _limited_unseen_row(None, history)
+    assert model.predict(no_limit)[0] == pytest.approx(history_ref.predict(no_limit)[0])
+    # Recurring jobs keep their group reference (the trees differ: they learn other residuals).
+    recurring = X[X[:, COLUMN["group_count"]] > 0]
+    assert np.array_equal(model._reference_log(recurring), history_ref._reference_log(recurring))
+
+
+def test_unseen_residual_clip_lets_the_request_move_an_unseen_prediction_further() -> None:
+    """Unseen runs are 100x the global median; a clip of 1 keeps the correction within e."""
+    history = synthetic_history()
+    rows = [JobRecord(**{**_as_dict(r), "group": f"once-{i}", "accelerators": 64.0}) if i % 2 else r
+            for i, r in enumerate(history)]
+    y = np.array([r.iterations * (100.0 if i % 2 else 1.0) for i, r in enumerate(rows)])
+    rows = [JobRecord(**{**_as_dict(r), "iterations": float(v)}) for r, v in zip(rows, y)]
+    X = build_features(rows)
+    unseen = X[:, COLUMN["group_count"]] <= 0
+    tight = small(unseen_policy="model", residual_clip=1.0).fit(X, y)
+    loose = small(unseen_policy="model", residual_clip=1.0, unseen_residual_clip=6.0).fit(X, y)
+    reference = np.expm1(tight._reference_log(X[unseen]))
+    assert np.all(tight.predict(X[unseen]) <= (reference + 1) * math.e + 1e-6)
+    assert np.median(loose.predict(X[unseen]) / reference) > 2 * np.median(tight.predict(X[unseen]) / reference)
+    with pytest.raises(ValueError, match="unseen_residual_clip"):
+        small(unseen_residual_clip=0.0).fit(X, y)
+
+
+def test_estimates_mean_and_lognormal_are_at_least_the_median(data) -> None:
+    """Same trees: the linear-space mean over trees and exp(mu + sigma^2/2) are never below
+    the log-space mean (Jensen), and equal it for a forest of one tree."""
+    X, y = data
+    fitted = small(unseen_policy="model").fit(X, y)
+    median = fitted.predict(X)
+    mean = copy.copy(fitted).set_params(estimate="mean").predict(X)
+    lognormal = copy.copy(fitted).set_params(estimate="lognormal").predict(X)
+    assert np.all(mean >= median * (1 - 1e-12)) and np.all(lognormal >= median * (1 - 1e-12))
+    assert np.any(mean > median * 1.001)
+    reference = fitted._reference_log(X)
+    per_tree = reference[:, None] + fitted._per_tree(X)
+    np.testing.assert_allclose(mean, np.expm1(per_tree).mean(axis=1))
+    one = IterationPredictor(n_estimators=1, random_state=0, unseen_policy="model").fit(X, y)
+    np.testing.assert_allclose(copy.copy(one).set_params(estimate="mean").predict(X), one.predict(X), rtol=1e-6)
+    with pytest.raises(ValueError, match="estimate"):
+        small(estimate="mode").fit(X, y)

@@ -55,6 +55,15 @@ class ASRPTOptions:
     overdue_after_s: float = OVERDUE_AFTER_S
     use_true_iterations: bool = False
     virtual_machine: VirtualMachine = "cluster"
+    #: Cap every belief at what fits in the job's requested time limit (iterations <=
+    #: time_limit_s / alpha_min, runtime <= time_limit_s): Slurm ends a job at its limit, so a
+    #: longer prediction is certainly wrong. False is the paper's unbounded prediction.
+    time_limit_cap: bool = True
+    #: What the dispatcher's backfill believes a job runs: ``predicted`` (its prediction,
+    #: capped at the limit) or ``time_limit`` (its requested limit when it has one, as Slurm's
+    #: backfill does). An underestimate lets a long job backfill into a hole it overruns,
+    #: delaying the job the reservation protects; a limit never underestimates.
+    backfill_runtime: Literal["predicted", "time_limit"] = "predicted"
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
@@ -147,9 +156,35 @@ class ASRPTPolicy:
         n = job.true_iterations if self.options.use_true_iterations else job.predicted_iterations
         return float(n) if n is not None and n > 0 else 0.0
 
+    def capped_iterations(self, job: Job, alpha_min_s: float) -> float:
+        """:meth:`iterations`, at most what the job's time limit allows at its best speed
+        ``alpha_min_s`` per iteration (``time_limit_cap``); a job with no prediction at all
+        (None, not the paper's 0) is believed to run that long."""
+        n = self.iterations(job)
+        limit_s = job.time_limit_s
+        if self.options.time_limit_cap and limit_s is not None and limit_s > 0 and alpha_min_s > 0:
+            if self._unknown(job):
+                return limit_s / alpha_min_s  # no prediction at all: as long as the limit allows
+            return min(n, limit_s / alpha_min_s)
+        return n
+
+    def _unknown(self, job: Job) -> bool:
+        return not self.options.use_true_iterations and job.predicted_iterations is None
+
     def runtime_s(self, job: Job, iteration_time_s: float) -> float:
-        """What the policy believes the job runs at ``iteration_time_s`` per iteration."""
-        return self.iterations(job) * iteration_time_s
+        """What the policy believes the job runs at ``iteration_time_s`` per iteration (never
+        past its time limit with ``time_limit_cap``)."""
+        limit_s = job.time_limit_s
+        if (self.options.time_limit_cap or self.options.backfill_runtime == "time_limit") and self._unknown(job) \
+                and limit_s is not None and limit_s > 0:
+            return limit_s
+        if (self.options.backfill_runtime == "time_limit" and not self.options.use_true_iterations
+                and limit_s is not None and limit_s > 0):
+            return limit_s
+        runtime_s = self.iterations(job) * iteration_time_s
+        if self.options.time_limit_cap and limit_s is not None and limit_s > 0:
+            return min(runtime_s, limit_s)
+        return runtime_s
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
         pending = pending_by_id(snapshot.pending)
@@ -171,8 +206,9 @@ class ASRPTPolicy:
             if capacity_by_partition is None:
                 capacity_by_partition = _capacity_by_partition(snapshot)
             pool, capacity = self._pool(job, snapshot, capacity_by_partition)
-            size_s = virtual_size_s(job.accelerators, self.iterations(job), ideal_s, capacity)
-            work_s = tie_rounded(job.accelerators * self.iterations(job) * ideal_s)  # equal sizes tie, by arrival
+            iterations = self.capped_iterations(job, ideal_s)
+            size_s = virtual_size_s(job.accelerators, iterations, ideal_s, capacity)
+            work_s = tie_rounded(job.accelerators * iterations * ideal_s)  # equal sizes tie, by arrival
             if state.work_s.get(job_id) != work_s:
                 state.work_s[job_id] = work_s
                 key = state.queue_by_work.key_of(job_id)

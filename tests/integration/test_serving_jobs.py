@@ -216,7 +216,7 @@ def test_serving_job_is_pinned_into_the_plans_partition_and_an_unknown_model_is_
     # tensor-parallel degree in the AdminComment for its script.
     job = _show_job(cluster, serve)
     assert job["ReqNodeList"] == "node2", job
-    assert re.fullmatch(rf"asrpt\[pin\]: eta start \S+ end \S+ serve tp={bed.degree}", job["AdminComment"]), job
+    assert re.fullmatch(rf"asrpt\[pin\]: eta start \S+ end \S+ serve tp={bed.degree}", job["AdminComment"]), log[-4000:]
     assert int(job["Priority"]) > PRIORITY_AUTO_MAX
     assert f"job {serve}: serving {MODEL}: partition a100 (a100-80gbx8, " in log, log[-3000:]
     assert f"TP {bed.degree} " in log

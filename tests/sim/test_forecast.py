@@ -70,3 +70,23 @@ def test_a_job_past_its_prediction_runs_as_long_again():
     running = RunningJob(job=job, placement=Placement(job_id="late", partition="gpu", worker_nodes=(nodes[0].name,), iteration_time_s=1.0), start_time_s=0.0)
     assert remaining_iterations(running, 50.0, 10.0) == 50.0
     assert remaining_iterations(running, 4.0, 10.0) == 6.0
+
+
+def test_a_job_no_partition_can_hold_does_not_blank_the_others_etas():
+    """A request no partition can ever satisfy (3 nodes x 1 where the partition has 2 nodes)
+    stays pending forever; the forecast says so for that job (inf) and still forecasts the
+    rest, instead of stalling and giving every job an unknown start."""
+    from asrpt.core.model import RequestShape
+
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=2, per_node=2)
+    impossible = flat_job("wide", 3, 10.0, submit_s=0.0)
+    from dataclasses import replace
+
+    impossible = replace(impossible, request_shape=RequestShape(nodes=3, per_node=1))
+    ordinary = flat_job("small", 1, 10.0, submit_s=1.0)
+    policy = make_policy("asrpt", speed)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(impossible, ordinary))
+    predicted = forecast(snapshot, 5.0, policy, policy.new_state().to_dict(), lambda job: 10.0)
+    assert predicted["wide"].start_s == float("inf")
+    assert predicted["small"].start_s == pytest.approx(5.0) and predicted["small"].end_s == pytest.approx(15.0)

@@ -75,17 +75,20 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
 
 
 def format_eta(forecast_: JobForecast | None, now_s: float) -> str | None:
-    """The ETA text written to a job's AdminComment (UTC, minute resolution)."""
-    if forecast_ is None or math.isinf(forecast_.end_s):
+    """The ETA text written to a job's AdminComment (UTC, minute resolution). An end the
+    forecast cannot bound (a job with no prediction and no time limit) reads ``end unknown``
+    rather than a made-up time; no text when even the start is unknown."""
+    if forecast_ is None or not math.isfinite(forecast_.start_s):
         return None
 
     def at(t_s: float) -> str:
         return datetime.fromtimestamp(t_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
     try:
+        end = at(forecast_.end_s) if math.isfinite(forecast_.end_s) else "unknown"
         if forecast_.running:
-            return f"eta end {at(forecast_.end_s)}"
-        return f"eta start {at(forecast_.start_s)} end {at(forecast_.end_s)}"
+            return f"eta end {end}"
+        return f"eta start {at(forecast_.start_s)} end {end}"
     except (OverflowError, OSError, ValueError):  # beyond the calendar (year 9999): no ETA to show
         return None
 

@@ -124,13 +124,22 @@ def forecast(
     runs (for jobs the policy ranks by a predicted 0, a forecast still needs a length).
     """
     state: PolicyState = policy.restore_state(dict(state_data))
-    pending = [replace(job, true_iterations=expected_iterations(job)) for job in snapshot.pending]
+    nodes = _usable_nodes(snapshot)
+    speed: SpeedTable | None = getattr(policy, "speed", None)
+    # A job whose request fits no partition it may use (say -N3 where its partition has two
+    # nodes) can never start; left in, it would stall the replay and blank every job's ETA.
+    never: list[Job] = []
+    placeable: list[Job] = []
+    for job in snapshot.pending:
+        fits = speed is None or math.isfinite(alpha_min_s(job, snapshot.partitions, nodes, speed))
+        (placeable if fits else never).append(job)
+    pending = [replace(job, true_iterations=expected_iterations(job)) for job in placeable]
     running = [(r, remaining_iterations(r, now_s, expected_iterations(r.job))) for r in snapshot.running]
     try:
         result = simulate(
             pending,
             snapshot.partitions,
-            _usable_nodes(snapshot),
+            nodes,
             policy,
             _AsGiven(),
             start_s=now_s,
@@ -151,4 +160,6 @@ def forecast(
         end_s = record.end_s if record.end_s is not None else math.inf
         partition = record.partitions[0] if record.partitions else None
         out[job_id] = JobForecast(job_id, start_s, end_s, job_id in running_ids, partition)
+    for job in never:
+        out[job.job_id] = JobForecast(job.job_id, math.inf, math.inf, False)
     return out

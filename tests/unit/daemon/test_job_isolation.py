@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -66,6 +67,16 @@ def test_huge_micro_batches_and_an_eta_beyond_the_calendar(daemon) -> None:
 def test_format_eta_beyond_the_calendar_gives_no_text() -> None:
     far = JobForecast(job_id="1", start_s=NOW_S, end_s=1e20, running=False)
     assert format_eta(far, NOW_S) is None
+
+
+def test_format_eta_says_the_end_is_unknown_when_nothing_bounds_it() -> None:
+    """A job with no prediction and no time limit has no end to forecast: the text says so
+    instead of dropping the start the forecast does know (or inventing an end)."""
+    unbounded = JobForecast(job_id="1", start_s=NOW_S, end_s=math.inf, running=False)
+    start = datetime.fromtimestamp(NOW_S, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    assert format_eta(unbounded, NOW_S) == f"eta start {start} end unknown"
+    assert format_eta(JobForecast(job_id="1", start_s=NOW_S, end_s=math.inf, running=True), NOW_S) == "eta end unknown"
+    assert format_eta(JobForecast(job_id="1", start_s=math.inf, end_s=math.inf, running=False), NOW_S) is None
 
 
 @pytest.mark.parametrize(

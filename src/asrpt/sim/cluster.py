@@ -140,7 +140,10 @@ class SimCluster:
         slurm = self.slurm
         if slurm is None or not self.pending:
             return
-        held = {j for j in decision.holds if j in self.pending}
+        # A job requeued by this decision's preemption is not started again in the same pass:
+        # Slurm gives a requeued job a begin time in the future, and restarting it at once
+        # would undo the preemption (the policy sees it again next cycle).
+        held = {j for j in (*decision.holds, *decision.preempts) if j in self.pending}
         if self._node_tuple is None:
             self._node_tuple = tuple(self._nodes.values())
         if not slurm.could_start(self._node_tuple, (self.pending[j] for j in held)):

@@ -504,6 +504,8 @@ class TiresiasPolicy(OrderedPolicy):
         # only where a waiting job was charged: freeing accelerators nobody above it can use
         # would only churn.
         wanted: set[str] = set()
+        #: Waiting jobs the walk charged to a partition (those a preemption would be for).
+        charged: set[str] = set()
         displaced: list[tuple[str, str]] = []
         free_total = sum(budget.values())
         for _key, item in heapq.merge(running_jobs, waiting, key=lambda pair: pair[0]):
@@ -525,13 +527,23 @@ class TiresiasPolicy(OrderedPolicy):
                 budget[partition] -= g
                 free_total -= g
                 wanted.add(partition)
+                charged.add(item.job_id)
         if left:  # the walk stopped with no budget left: no running job not yet reached fits
             displaced.extend((r.job.job_id, r.placement.partition) for _, r in running_jobs[len(running_jobs) - left:])
         preempt = [job_id for job_id, partition in displaced if partition in wanted]
-        if preempt:
-            snapshot = _without_running(snapshot, set(preempt))
-        decision = self.dispatch_queue(snapshot, now_s, state, pending)
-        return replace(decision, preempts=tuple(preempt))
+        if not preempt:
+            return self.dispatch_queue(snapshot, now_s, state, pending)
+        decision = self.dispatch_queue(_without_running(snapshot, set(preempt)), now_s, state, pending)
+        # The budget counts accelerators, but a job starts only in its allocation shape: stop
+        # just the jobs whose nodes a start of a charged (higher-priority) job really takes.
+        # Slots freed for a job whose shape they do not form would only be churn: taken by a
+        # lower job, the victim displacing it again next event, at every event.
+        used = {name for p in decision.starts if p.job_id in charged for name in p.node_counts}
+        victims = {r.job.job_id: r.placement.node_counts for r in snapshot.running}
+        needed = [job_id for job_id in preempt if used.intersection(victims[job_id])]
+        if len(needed) != len(preempt):
+            decision = self.dispatch_queue(_without_running(snapshot, set(needed)), now_s, state, pending)
+        return replace(decision, preempts=tuple(needed))
 
 
 def _without_running(snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSnapshot:

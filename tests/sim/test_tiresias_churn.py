@@ -55,3 +55,31 @@ def test_tiresias_preempts_only_for_starts_that_happen():
     result = simulate(jobs, cluster.partitions, cluster.nodes, policy, make_predictions("history"))
     assert all(r.end_s is not None for r in result.records.values())
     assert policy.preemptions <= 3 * len(jobs)
+
+
+def test_a_job_is_not_preempted_before_its_exempt_time():
+    """Like Slurm's PreemptExemptTime: a job that (re)started less than ``preempt_exempt_s``
+    ago keeps running even when a higher-priority job waits for its accelerators."""
+    from dataclasses import replace
+
+    from asrpt.core.model import ClusterSnapshot, Placement, RunningJob
+    from tests.helpers import flat_job, flat_speed_table, partition_nodes
+
+    speed = flat_speed_table()
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    old = flat_job("old", 1, 1e6, submit_s=0.0)
+    running = RunningJob(job=old, placement=Placement(job_id="old", partition="gpu", worker_nodes=(nodes[0].name,),
+                                                      iteration_time_s=1.0), start_time_s=0.0)
+    newcomer = flat_job("new", 1, 10.0, submit_s=1.0)
+    full = (replace(nodes[0], accelerators_free=0),)
+    policy = make_policy("tiresias", speed)
+    state = policy.new_state()
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=full, pending=(newcomer,), running=(running,))
+    # "old" has attained 10 h of GPU time (a lower queue) once the policy has watched it run.
+    policy.decide(ClusterSnapshot(partitions=(partition,), nodes=full, pending=(), running=(running,)), 0.0, state)
+    assert policy.decide(snapshot, 36_001.0, state).preempts == ("old",)
+    restarted = replace(running, start_time_s=36_000.0)
+    state = policy.new_state()
+    policy.decide(ClusterSnapshot(partitions=(partition,), nodes=full, pending=(), running=(running,)), 0.0, state)
+    late = ClusterSnapshot(partitions=(partition,), nodes=full, pending=(newcomer,), running=(restarted,))
+    assert policy.decide(late, 36_001.0, state).preempts == ()

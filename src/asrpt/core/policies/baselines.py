@@ -472,9 +472,14 @@ class TiresiasPolicy(OrderedPolicy):
         speed: SpeedTable,
         options: DispatchOptions | None = None,
         queue_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0),
+        preempt_exempt_s: float = 60.0,
     ) -> None:
         super().__init__(speed, options)
         self.queue_thresholds_gpu_s = queue_thresholds_gpu_s
+        #: A job is not preempted before it has run this long since its (re)start, like
+        #: Slurm's PreemptExemptTime: on a heterogeneous shaped cluster the count budget can
+        #: otherwise swap the same jobs in and out at every event.
+        self.preempt_exempt_s = preempt_exempt_s
 
     def level(self, job_id: str, state: OrderState) -> int:
         attained = state.attained_gpu_s.get(job_id, 0.0)
@@ -530,7 +535,9 @@ class TiresiasPolicy(OrderedPolicy):
                 charged.add(item.job_id)
         if left:  # the walk stopped with no budget left: no running job not yet reached fits
             displaced.extend((r.job.job_id, r.placement.partition) for _, r in running_jobs[len(running_jobs) - left:])
-        preempt = [job_id for job_id, partition in displaced if partition in wanted]
+        started_s = {r.job.job_id: r.start_time_s for r in snapshot.running}
+        preempt = [job_id for job_id, partition in displaced
+                   if partition in wanted and now_s - started_s[job_id] >= self.preempt_exempt_s]
         if not preempt:
             return self.dispatch_queue(snapshot, now_s, state, pending)
         decision = self.dispatch_queue(_without_running(snapshot, set(preempt)), now_s, state, pending)

@@ -36,3 +36,20 @@ def flat_job(job_id: str, accelerators: int, iterations: float, submit_s: float 
         predicted_iterations=iterations,
         **extra,
     )
+
+
+class WrappedPolicy:
+    """A policy that hands everything to ``inner``; tests override ``decide`` to watch it."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name = inner, inner.name
+        self.speed = inner.speed  # places the jobs the simulated Slurm starts on its own
+
+    def new_state(self):
+        return self.inner.new_state()
+
+    def restore_state(self, data):
+        return self.inner.restore_state(data)
+
+    def decide(self, snapshot, now_s, state):
+        return self.inner.decide(snapshot, now_s, state)

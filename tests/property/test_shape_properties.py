@@ -24,6 +24,7 @@ from asrpt.sim.cluster import SimCluster
 from asrpt.sim.engine import simulate
 from asrpt.sim.metrics import policy_metrics
 from asrpt.sim.predictors import GroupHistoryPredictions
+from tests.helpers import WrappedPolicy
 
 SPEED = default_speed_table()
 CLASSES = SPEED.workload_classes
@@ -94,18 +95,12 @@ def check_shape(job: Job, placement, partitions, nodes) -> None:
         assert set(placement.node_counts.values()) == {k}
 
 
-class Checked:
+class Checked(WrappedPolicy):
     """A policy whose every decision is checked against the snapshot it was made on."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.name, self.starts = inner, inner.name, 0
-        self.speed = inner.speed  # places the jobs the simulated Slurm starts on its own
-
-    def new_state(self):
-        return self.inner.new_state()
-
-    def restore_state(self, data):
-        return self.inner.restore_state(data)
+        super().__init__(inner)
+        self.starts = 0
 
     def decide(self, snapshot, now_s, state):
         decision = self.inner.decide(snapshot, now_s, state)

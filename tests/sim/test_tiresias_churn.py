@@ -16,6 +16,7 @@ from asrpt.sim.engine import simulate
 from asrpt.sim.predictors import make_predictions
 from asrpt.sim.traces import read_trace
 from asrpt.sim.workload import build_jobs
+from tests.helpers import WrappedPolicy
 
 SLICE = Path(asrpt.__file__).parent / "data" / "traces" / "pai_slice.csv"
 JOBS = 1500
@@ -25,18 +26,12 @@ class _Churn(RuntimeError):
     pass
 
 
-class _CountingPolicy:
+class _CountingPolicy(WrappedPolicy):
     """The policy, failing fast once it has preempted more than ``limit`` times in all."""
 
     def __init__(self, inner, limit):
-        self.inner, self.limit, self.preemptions = inner, limit, 0
-        self.name, self.speed = inner.name, inner.speed
-
-    def new_state(self):
-        return self.inner.new_state()
-
-    def restore_state(self, data):
-        return self.inner.restore_state(data)
+        super().__init__(inner)
+        self.limit, self.preemptions = limit, 0
 
     def decide(self, snapshot, now_s, state):
         decision = self.inner.decide(snapshot, now_s, state)

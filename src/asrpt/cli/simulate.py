@@ -235,7 +235,7 @@ def run_demo(args: argparse.Namespace) -> int:
             columns=None,
             cluster_name="pai",
             policies=list(DEMO_POLICIES),
-            predictor="history",
+            predictor="rf",  # the default of simulate and of the daemon
             seeds=[0],
             limit=args.limit,
             strict=False,

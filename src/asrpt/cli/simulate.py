@@ -13,6 +13,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+from asrpt.core.prediction import (  # light: names and defaults only, no scikit-learn
+    DEFAULT_RF_ESTIMATE,
+    DEFAULT_RF_UNSEEN_POLICY,
+    DEFAULT_RF_UNSEEN_REFERENCE,
+    ESTIMATES,
+    UNSEEN_POLICIES,
+    UNSEEN_REFERENCES,
+)
 from asrpt.exceptions import AsrptError
 
 # Literal so `asrpt --help` stays fast (no numpy/networkx); tests check them against the
@@ -23,14 +31,6 @@ PREDICTOR_NAMES = ("oracle", "history", "rf")
 DISPATCH_MODES = ("strict", "backfill", "greedy")
 QUEUE_ORDERS = ("work", "virtual_completion", "remaining")
 VIRTUAL_MACHINES = ("cluster", "pool")
-from asrpt.core.prediction import (  # noqa: E402  (light: names and defaults only)
-    DEFAULT_RF_ESTIMATE,
-    DEFAULT_RF_UNSEEN_POLICY,
-    DEFAULT_RF_UNSEEN_REFERENCE,
-    ESTIMATES,
-    UNSEEN_POLICIES,
-    UNSEEN_REFERENCES,
-)
 
 #: Jobs the demo replays by default: enough for the afternoon queue to form, quick to run.
 DEMO_JOBS = 1500

@@ -157,11 +157,18 @@ class RandomForestPredictions:
         if not self._reranked:
             return snapshot
         pending = []
+        still: dict[str, tuple[Job, Job]] = {}
         for job in snapshot.pending:
             hit = self._reranked.get(job.job_id)
             if hit is not None and hit[0] is job:
+                still[job.job_id] = hit
                 job = hit[1]
             pending.append(job)
+        # Forget jobs that started or were replaced, so that once none is left the backend's
+        # live view goes through again (policies then update from its change log, not rescan).
+        self._reranked = still
+        if not still:
+            return snapshot
         return replace(snapshot, pending=tuple(pending))
 
     def _rerank(self, snapshot: ClusterSnapshot, now_s: float) -> None:
@@ -173,7 +180,7 @@ class RandomForestPredictions:
         for job in jobs:
             arrival = self._arrived.get(job.job_id)
             now_row = self._history.features(replace(_row(job), submit_time_s=now_s))
-            if now_row is None or arrival is None:
+            if now_row is None:
                 now_row = build_features([*self._finished, replace(_row(job), submit_time_s=now_s)])[-1]
             if arrival is not None:
                 now_row[_SUBMIT_COLUMNS] = arrival[_SUBMIT_COLUMNS]

@@ -304,11 +304,6 @@ def compare(
         results: dict[str, dict[str, float]] = {}
         for name in policies:
             policy = make_policy(name, speed, options, baseline_comm_heavy_hold=baseline_comm_heavy_hold)
-            recorder = None
-            if rows is not None:
-                from asrpt.sim.job_rows import FirstPlacementRecorder
-
-                policy = recorder = FirstPlacementRecorder(policy)
             started = time.perf_counter()
             bar = _ProgressBar(f"{name} seed {seed}") if progress and len(built.jobs) >= 2000 else None
             accuracy = None
@@ -346,10 +341,10 @@ def compare(
                 metrics["forecast"] = accuracy.as_dict()
             metrics["ratio_to_lower_bound"] = metrics["total_jct_s"] / bound["total_jct_s"] if bound["total_jct_s"] > 0 else float("nan")
             results[name] = metrics
-            if recorder is not None and rows is not None:
+            if rows is not None:
                 from asrpt.sim.job_rows import job_rows as rows_of
 
-                rows.extend(rows_of(outcome, recorder.nodes_first_run, seed=seed))
+                rows.extend(rows_of(outcome, seed=seed))
             if seed == seeds[0]:
                 jct_by_policy[name] = jct_values_s(outcome)
         per_seed.append({"seed": seed, "jobs": len(built.jobs), "skipped": built.skipped, "lower_bound": bound, "policies": results})

@@ -535,9 +535,10 @@ class TiresiasPolicy(OrderedPolicy):
                 charged.add(item.job_id)
         if left:  # the walk stopped with no budget left: no running job not yet reached fits
             displaced.extend((r.job.job_id, r.placement.partition) for _, r in running_jobs[len(running_jobs) - left:])
-        started_s = {r.job.job_id: r.start_time_s for r in snapshot.running}
-        preempt = [job_id for job_id, partition in displaced
-                   if partition in wanted and now_s - started_s[job_id] >= self.preempt_exempt_s]
+        preempt = [job_id for job_id, partition in displaced if partition in wanted]
+        if preempt:
+            started_s = {r.job.job_id: r.start_time_s for r in snapshot.running}
+            preempt = [job_id for job_id in preempt if now_s - started_s[job_id] >= self.preempt_exempt_s]
         if not preempt:
             return self.dispatch_queue(snapshot, now_s, state, pending)
         decision = self.dispatch_queue(_without_running(snapshot, set(preempt)), now_s, state, pending)
@@ -546,9 +547,12 @@ class TiresiasPolicy(OrderedPolicy):
         # Slots freed for a job whose shape they do not form would only be churn: taken by a
         # lower job, the victim displacing it again next event, at every event.
         used = {name for p in decision.starts if p.job_id in charged for name in p.node_counts}
-        victims = {r.job.job_id: r.placement.node_counts for r in snapshot.running}
+        chosen = set(preempt)
+        victims = {r.job.job_id: r.placement.node_counts for r in snapshot.running if r.job.job_id in chosen}
         needed = [job_id for job_id in preempt if used.intersection(victims[job_id])]
-        if len(needed) != len(preempt):
+        if not needed:  # the original snapshot, so the dispatcher's memo still recognises it
+            decision = self.dispatch_queue(snapshot, now_s, state, pending)
+        elif len(needed) != len(preempt):
             decision = self.dispatch_queue(_without_running(snapshot, set(needed)), now_s, state, pending)
         return replace(decision, preempts=tuple(needed))
 

@@ -59,11 +59,6 @@ class ASRPTOptions:
     #: time_limit_s / alpha_min, runtime <= time_limit_s): Slurm ends a job at its limit, so a
     #: longer prediction is certainly wrong. False is the paper's unbounded prediction.
     time_limit_cap: bool = True
-    #: What the dispatcher's backfill believes a job runs: ``predicted`` (its prediction,
-    #: capped at the limit) or ``time_limit`` (its requested limit when it has one, as Slurm's
-    #: backfill does). An underestimate lets a long job backfill into a hole it overruns,
-    #: delaying the job the reservation protects; a limit never underestimates.
-    backfill_runtime: Literal["predicted", "time_limit"] = "predicted"
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
@@ -175,15 +170,9 @@ class ASRPTPolicy:
         """What the policy believes the job runs at ``iteration_time_s`` per iteration (never
         past its time limit with ``time_limit_cap``)."""
         limit_s = job.time_limit_s
-        if (self.options.time_limit_cap or self.options.backfill_runtime == "time_limit") and self._unknown(job) \
-                and limit_s is not None and limit_s > 0:
-            return limit_s
-        if (self.options.backfill_runtime == "time_limit" and not self.options.use_true_iterations
-                and limit_s is not None and limit_s > 0):
-            return limit_s
         runtime_s = self.iterations(job) * iteration_time_s
         if self.options.time_limit_cap and limit_s is not None and limit_s > 0:
-            return min(runtime_s, limit_s)
+            return limit_s if self._unknown(job) else min(runtime_s, limit_s)
         return runtime_s
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:

@@ -69,6 +69,8 @@ class HistoryEnrichment:
         self._reasons: dict[str, list[str]] = {}
         #: Live jobs already counted in :attr:`isolated_total`.
         self._isolated_ids: set[str] = set()
+        #: (job id, reason) already logged: a job with unusable data warns once, not every cycle.
+        self._logged: set[tuple[str, str]] = set()
         #: Jobs whose own data could not be used, each counted once.
         self.isolated_total = 0
         self.predict = predict
@@ -115,6 +117,7 @@ class HistoryEnrichment:
             if known.isolated:
                 self.note(job_id, known.isolated)
         self._isolated_ids &= live
+        self._logged = {entry for entry in self._logged if entry[0] in live}
         fresh = set(self._reasons) - self._isolated_ids
         self.isolated_total += len(fresh)
         self._isolated_ids |= fresh
@@ -125,7 +128,9 @@ class HistoryEnrichment:
         reasons = self._reasons.setdefault(job_id, [])
         if reason not in reasons:
             reasons.append(reason)
-            log.warning("job %s: %s", job_id, reason, extra={"action": "job_isolated", "job_id": job_id})
+            if (job_id, reason) not in self._logged:  # once per job and reason, not every cycle
+                self._logged.add((job_id, reason))
+                log.warning("job %s: %s", job_id, reason, extra={"action": "job_isolated", "job_id": job_id})
 
     def isolate(self, job_id: str, reason: str) -> None:
         """Note why ``job_id`` is scheduled as an ordinary job, counted once per job."""

@@ -56,6 +56,16 @@ def test_an_unknown_class_from_the_comment_is_scheduled_as_the_default_class(dae
     assert "workload class 'bert2' is unknown" in _reason(daemon, "102")
 
 
+def test_a_job_with_unusable_data_warns_once_not_every_cycle(daemon, caplog) -> None:
+    _replace_pending(daemon, "102", workload_class="bert2")
+    with caplog.at_level("WARNING", logger="asrpt.daemon.enrich"):
+        for _ in range(3):
+            assert daemon.cycle() is not None
+    warned = [r for r in caplog.records if "workload class 'bert2' is unknown" in r.getMessage()]
+    assert len(warned) == 1
+    assert "workload class 'bert2' is unknown" in _reason(daemon, "102")  # explain still says why
+
+
 def test_huge_micro_batches_and_an_eta_beyond_the_calendar(daemon) -> None:
     # --comment asrpt:mb=1e25 with #ASRPT iterations=1000.
     _replace_pending(daemon, "103", parallel=ParallelConfig(data=2, micro_batches=10**25))

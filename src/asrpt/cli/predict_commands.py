@@ -7,11 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from asrpt.core.prediction import UNSEEN_POLICIES  # light: no scikit-learn for `asrpt --help`
 from asrpt.exceptions import AsrptError
-
-#: The predictor's unseen-job policies (kept literal so `asrpt --help` does not import
-#: scikit-learn; a test checks it equals ``asrpt.predict.predictor.UNSEEN_POLICIES``).
-UNSEEN_POLICIES: tuple[str, ...] = ("zero", "fallback", "model")
 
 #: Trace formats ``--format`` accepts.
 TRACE_FORMATS: tuple[str, ...] = ("pai",)

@@ -552,12 +552,12 @@ def render_metrics(daemon: Any, accuracy: Any) -> str:
     metric(
         "asrpt_cycle_errors_unexpected_total", "counter",
         "Failed cycles whose error asrpt did not anticipate (logged with a traceback once per kind).",
-        [({}, getattr(stats, "escaped", 0))],
+        [({}, stats.escaped)],
     )
     metric(
         "asrpt_jobs_isolated_total", "counter",
         "Jobs whose own data could not be used, scheduled as ordinary jobs (reason in asrpt explain).",
-        [({}, getattr(stats, "jobs_isolated", 0))],
+        [({}, stats.jobs_isolated)],
     )
     metric("asrpt_cycle_consecutive_failures", "gauge", "Cycles failed in a row (the back-off grows with it).", [({}, stats.consecutive_failures)])
     metric("asrpt_cycle_duration_seconds", "gauge", "Wall time of the last successful cycle.", [({}, stats.last_duration_s)])
@@ -614,8 +614,7 @@ def _bind_problem(error: OSError) -> str:
 def start_http_server(daemon: Any, bind: str, **limits: Any) -> AsrptHTTPServer:
     """Serve ``daemon``'s last cycle on ``bind`` from a daemon thread; ``shutdown()`` stops it.
     ``limits``: ``request_timeout_s``, ``max_connections``, ``max_request_bytes``,
-    ``allowed_hosts`` (default: ``[daemon] http_allowed_hosts`` where the configuration has it)."""
-    limits.setdefault("allowed_hosts", getattr(daemon.config.daemon, "http_allowed_hosts", ()) or ())
+    ``allowed_hosts`` (extra Host names to answer, e.g. a reverse proxy's; none by default)."""
     host, port = parse_bind(bind)
     try:
         server = AsrptHTTPServer((host, port), daemon, **limits)

@@ -44,7 +44,7 @@ def sd_notify(message: str) -> None:
 
 def status_line(stats) -> str:
     """systemd's STATUS= text (``systemctl status``): healthy, or degraded with the last error."""
-    head = f"cycles={stats.cycles} failures={stats.failures} isolated_jobs={getattr(stats, 'jobs_isolated', 0)}"
+    head = f"cycles={stats.cycles} failures={stats.failures} isolated_jobs={stats.jobs_isolated}"
     if not stats.consecutive_failures:
         return f"ok {head}"
     error = " ".join(str(stats.last_error).split())[:200]

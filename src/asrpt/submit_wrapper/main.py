@@ -303,6 +303,12 @@ STDIN_WAIT_FALLBACK_S = 2.0
 _GONE, _NOT_YET, _READING, _UNKNOWN = range(4)
 
 
+def _proc_shows_syscalls() -> bool:
+    """Whether /proc can show what a process waits in; without it a missing file would read as
+    "sbatch is gone" and its piped script would never reach it."""
+    return os.path.exists("/proc/self/syscall")
+
+
 def _stdin_state(pid: int, reads: tuple[bytes, ...], depth: int = 0) -> int:
     """Whether ``pid`` (or one of its children) is blocked reading its fd 0."""
     try:
@@ -361,8 +367,8 @@ class StdinFeeder:
 
     def _wait_until_sbatch_reads(self) -> bool:
         reads = _READ_SYSCALLS.get(os.uname().machine)
-        if reads is None:
-            return True
+        if reads is None or not _proc_shows_syscalls():
+            return True  # nothing to watch (no /proc in a chroot or container): copy at once
         deadline = time.monotonic() + STDIN_WAIT_FALLBACK_S
         delay = 0.0002
         while not self.stop:

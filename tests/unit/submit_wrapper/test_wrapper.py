@@ -784,3 +784,18 @@ def test_a_piped_script_reaches_sbatch_once_it_reads_and_is_recorded(tmp_path, s
     assert record["script"]["source"] == "stdin" and record["script"]["text"] == SCRIPT
     assert record["directives"]["asrpt"]["model"] == "llama-7b"
     assert elapsed < STDIN_WAIT_FALLBACK_S  # sbatch's read was seen, not waited out
+
+
+def test_without_proc_a_piped_script_is_copied_at_once_not_dropped(monkeypatch):
+    """With no /proc (a chroot, some containers) every /proc/PID/syscall read fails as if
+    sbatch had exited: the feeder must copy the script at once, not close sbatch's stdin empty."""
+    from asrpt.submit_wrapper import main as wrapper
+
+    monkeypatch.setattr(wrapper, "_proc_shows_syscalls", lambda: False)
+    read_fd, write_fd = os.pipe()
+    try:
+        feeder = wrapper.StdinFeeder(write_fd, pid=2**22 + 12345)  # no such process either
+        assert feeder._wait_until_sbatch_reads() is True
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

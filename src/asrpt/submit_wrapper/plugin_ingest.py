@@ -649,7 +649,7 @@ def ingest_plugin_spool(
             bad.add(record.path)
             continue
         matched.setdefault(record.path, []).append(job_id)
-    stored = sum(len(v) for k, v in matched.items() if k not in bad)
+    stored = sum(map(len, matched.values()))  # rows written, also of a record set aside later
     waiting = expired = 0
     for record in records:
         if record.path in bad:

@@ -79,7 +79,8 @@ def main() -> None:
     parser.add_argument("--policy", default="asrpt")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N trace rows")
     parser.add_argument("--seed", type=int, default=0, help="workload mapping and predictor seed")
-    parser.add_argument("--rf-unseen-policy", default="zero", help="rf's prediction for a job without group history")
+    parser.add_argument("--rf-unseen-policy", default=None,
+                        help="rf's prediction for a job without group history (default: the project's default)")
     parser.add_argument("--predictors", default="history,rf", help="the first is the baseline of the ratio")
     args = parser.parse_args()
     cluster = load_cluster(args.cluster)
@@ -94,7 +95,7 @@ def main() -> None:
     baseline_wall_s = baseline_cpu_s = None
     for name in names:
         # Only passed when asked for, so that the script runs against checkouts without it.
-        options = {} if args.rf_unseen_policy == "zero" else {"rf_unseen_policy": args.rf_unseen_policy}
+        options = {} if args.rf_unseen_policy is None else {"rf_unseen_policy": args.rf_unseen_policy}
         predictions = Recorded(make_predictions(name, seed=args.seed, **options))
         started, started_cpu = time.perf_counter(), time.process_time()
         result = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(args.policy, speed), predictions)

@@ -201,13 +201,18 @@ def _work_by_partition(work: Iterable[tuple[Job, float]], cluster: ClusterSpec) 
     return by_partition
 
 
+def _submission_span_s(jobs: Sequence[Job]) -> float:
+    span_s = max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)
+    if span_s <= 0:
+        raise AsrptError("offered load is undefined: every job is submitted at the same time")
+    return span_s
+
+
 def offered_load(jobs: Sequence[Job], cluster: ClusterSpec, speed: SpeedTable) -> OfferedLoad:
     """Total and per-partition offered load of ``jobs`` on ``cluster`` (module docstring)."""
     if len(jobs) < 2:
         raise AsrptError("offered load needs at least 2 jobs (the submission span of one job is 0)")
-    span_s = max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)
-    if span_s <= 0:
-        raise AsrptError("offered load is undefined: every job is submitted at the same time")
+    span_s = _submission_span_s(jobs)
     work = _ideal_work(jobs, cluster, speed)
     capacity = _capacity(cluster)
     by_partition = {p: w / (capacity[p] * span_s) for p, w in _work_by_partition(work, cluster).items()}
@@ -272,7 +277,7 @@ def calibrate_cluster(
     floor = _node_floor(jobs, base)
     per_node = {p.name: base.accelerators_per_node(p.name) for p in base.partitions}
     base_counts = {p: _capacity(base)[p] // per_node[p] for p in per_node}
-    span_s = offered_load(jobs, base, speed).span_s
+    span_s = _submission_span_s(jobs)
     work = _ideal_work(jobs, base, speed)  # alpha_min does not depend on the node count once jobs fit
     cluster = base
     for _ in range(rounds if per_partition else 1):

@@ -62,6 +62,8 @@ class SlurmScheduler:
     def added(self, job: Job) -> None:
         key = _key(job)
         self._counts[key] = self._counts.get(key, 0) + 1
+        if key[:2] not in self._usable:  # worked out once per restriction, from the job itself
+            self._usable[key[:2]] = tuple(p.name for p in self.partitions if job.allows(p))
 
     def removed(self, job: Job) -> None:
         key = _key(job)
@@ -118,22 +120,7 @@ class SlurmScheduler:
         return free
 
     def _usable_names(self, key: tuple[tuple[str, ...], tuple[str, ...], int]) -> tuple[str, ...]:
-        restriction = key[:2]
-        names = self._usable.get(restriction)
-        if names is None:
-            probe = _Restriction(*restriction)
-            names = self._usable[restriction] = tuple(p.name for p in self.partitions if Job.allows(probe, p))  # type: ignore[arg-type]
-        return names
-
-
-class _Restriction:
-    """Just the fields ``Job.allows`` reads."""
-
-    __slots__ = ("allowed_partitions", "allowed_accelerators")
-
-    def __init__(self, allowed_partitions: tuple[str, ...], allowed_accelerators: tuple[str, ...]) -> None:
-        self.allowed_partitions = allowed_partitions
-        self.allowed_accelerators = allowed_accelerators
+        return self._usable[key[:2]]
 
 
 def _key(job: Job) -> tuple[tuple[str, ...], tuple[str, ...], int]:

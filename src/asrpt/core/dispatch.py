@@ -555,6 +555,19 @@ def _walk(
     #: one of them waits behind it (Slurm's main scheduler blocks partitions, not the queue).
     blocked_partitions: set[str] = set()
     every_partition = len(snapshot.partitions)
+
+    def waits(job: Job, position: int) -> bool:
+        """Note that ``job`` cannot start now; it becomes the blocked head if it is the first.
+        In strict mode it blocks its partitions; True once every partition is blocked."""
+        nonlocal blocked_head
+        result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
+        if blocked_head is None:
+            blocked_head = job
+        if not strict:
+            return False
+        blocked_partitions.update(free.allowed_names(snapshot.partitions, job))
+        return len(blocked_partitions) >= every_partition
+
     for position, job in enumerate(queue):
         if blocked_head is not None:
             if examined_behind_head >= options.backfill_depth:
@@ -574,14 +587,9 @@ def _walk(
                     continue
                 job = replace(job, allowed_partitions=open_names)
         if not free.fits(snapshot.partitions, job):
-            result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
-            if blocked_head is None:
-                blocked_head = job
-            if strict:
-                blocked_partitions.update(free.allowed_names(snapshot.partitions, job))
-                if len(blocked_partitions) >= every_partition:
-                    stopped_early = True
-                    break  # every partition waits for a job ahead
+            if waits(job, position):
+                stopped_early = True
+                break  # every partition waits for a job ahead
             continue
         if (
             blocked_head is not None
@@ -610,15 +618,9 @@ def _walk(
         if placement is None:
             if capacity is not free and reservation is not None:
                 result.reasons.note(job.job_id, "would delay the reserved start of {}", reservation.job_id)
-            else:
-                result.reasons.note(job.job_id, "waiting for {} accelerators (queue position {})", job.accelerators, position + 1)
-                if blocked_head is None:
-                    blocked_head = job
-                if strict:
-                    blocked_partitions.update(free.allowed_names(snapshot.partitions, job))
-                    if len(blocked_partitions) >= every_partition:
-                        stopped_early = True
-                        break
+            elif waits(job, position):
+                stopped_early = True
+                break
             continue
         ideal_s = alpha_min_s(job)
         ratio = placement.iteration_time_s / ideal_s if ideal_s > 0 else 1.0

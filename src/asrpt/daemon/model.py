@@ -60,13 +60,21 @@ class DaemonPredictor:
         self.model: IterationPredictor | None = None
         self.version = "untrained"
         self._history: list[HistoryRow] = []
+        #: The rows the current forest was fitted on.
+        self._fitted_rows: list[HistoryRow] = []
 
     def retrain(self, now_s: float) -> int:
-        """Fit on every finished job with a known iteration count; returns the rows used."""
+        """Fit on every finished job with a known iteration count; returns the rows used (0
+        when there are too few, or none finished since the last fit)."""
         rows = [r for r in self.repository.history_rows(finished_only=True) if r.iterations is not None]
         self._history = rows
         if len(rows) < self.min_rows:
             log.info("retrain: %d finished jobs with iterations, need %d; keeping %s", len(rows), self.min_rows, self.version)
+            return 0
+        if self.model is not None and rows == self._fitted_rows:
+            # Nothing finished since: the same rows and seed give the same forest, and every
+            # pending job's prediction would be written again for nothing.
+            log.debug("retrain: no new finished job since %s", self.version)
             return 0
         X = build_features(rows)
         y = np.array([float(r.iterations) for r in rows], dtype=float)
@@ -74,6 +82,7 @@ class DaemonPredictor:
             random_state=self.random_state, unseen_policy=self.unseen_policy, estimate=self.estimate,
             unseen_reference=self.unseen_reference, n_jobs=1,
         ).fit(X, y)
+        self._fitted_rows = rows
         self.version = f"rf-{len(rows)}-{int(now_s)}"
         log.info("retrained the iteration predictor on %d jobs (%s)", len(rows), self.version)
         return len(rows)

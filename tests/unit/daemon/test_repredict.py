@@ -27,3 +27,27 @@ def test_a_retrain_re_predicts_pending_jobs_not_running_ones(daemon, monkeypatch
     assert after == {"100": 1000.0, "101": 7.0, "102": 7.0, "103": 7.0}
     daemon.cycle()  # once per retrain, not every cycle
     assert len(asked) == 1
+
+
+def test_a_retrain_with_no_new_finished_job_learns_nothing(daemon) -> None:
+    """The same rows give the same forest: no refit, and nothing to re-predict."""
+    from asrpt.daemon.model import DaemonPredictor
+    from asrpt.db.repository import OutcomeRecord, SubmissionRecord
+
+    def finish(i: int) -> None:
+        job_id = f"9{i:03d}"
+        daemon.repository.record_submission(SubmissionRecord(
+            slurm_job_id=job_id, user="alice", submit_time_s=1000.0 + i, source="wrapper", job_name=f"train{i % 3}"))
+        daemon.repository.record_outcome(OutcomeRecord(
+            slurm_job_id=job_id, start_time_s=1100.0 + i, end_time_s=2000.0 + i, exit_state="COMPLETED",
+            iterations=100.0 * (1 + i % 5)))
+
+    for i in range(25):
+        finish(i)
+    predictor = DaemonPredictor(daemon.repository, min_rows=20)
+    assert predictor.retrain(3000.0) == 25
+    model, version = predictor.model, predictor.version
+    assert predictor.retrain(3600.0) == 0
+    assert predictor.model is model and predictor.version == version
+    finish(25)
+    assert predictor.retrain(4200.0) == 26 and predictor.model is not model

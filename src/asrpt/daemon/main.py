@@ -155,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"asrptd: error: {error}", file=sys.stderr)
             return 2
 
+    # Ready once the configuration, database and HTTP bind are checked: the first cycle on a
+    # 10,000-job queue can outlast systemd's start timeout, and it only needs Slurm to answer.
+    if not args.once:
+        sd_notify("READY=1\nSTATUS=first cycle running")
     guarded("finished-job sync", daemon.sync_finished)
     guarded("retraining", daemon.retrain)
     first = daemon.cycle()
@@ -168,7 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     interval_s = daemon.config.daemon.interval_s
 
-    sd_notify("READY=1")
     log.info("running: cycle every %.0f s, policy %s", interval_s, daemon.policy.name)
     try:
         run_loop(daemon, stopping)

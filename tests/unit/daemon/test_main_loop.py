@@ -103,3 +103,49 @@ def test_the_back_off_grows_with_failed_polls_and_resets_on_the_first_good_one()
     assert next_cycle_delay_s(daemon) == 300.0
     daemon.stats.backoff_failures = 0
     assert next_cycle_delay_s(daemon) == 30.0
+
+
+def test_systemd_hears_ready_before_a_long_first_cycle(tmp_path, monkeypatch) -> None:
+    """A 10,000-job first cycle took 94 s, past systemd's start timeout: READY must come
+    before it (issue 16), and the first cycle still runs before the loop's interval."""
+    import os
+    import signal
+    import socket
+
+    import asrpt.daemon.main as daemon_main
+
+    notify_path = str(tmp_path / "notify")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(notify_path)
+    listener.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", notify_path)
+
+    def received() -> list[str]:
+        messages = []
+        while True:
+            try:
+                messages.append(listener.recv(4096).decode())
+            except BlockingIOError:
+                return messages
+
+    heard_during_first_cycle: list[str] = []
+
+    def first_cycle(daemon) -> None:
+        if daemon.stats.cycles == 0:
+            heard_during_first_cycle.extend(received())
+            os.kill(os.getpid(), signal.SIGTERM)  # stop after this cycle
+
+    stub = StubDaemon(interval_s=600.0, on_cycle=first_cycle)
+    stub.config = DaemonConfig(daemon=DaemonSection(interval_s=600.0, sync_interval_s=3600.0, retrain_interval_s=3600.0,
+                                                    max_backoff_s=600.0, release_holds_on_stop=False))
+    stub.policy = SimpleNamespace(name="stub")
+    monkeypatch.setattr(daemon_main, "build_daemon", lambda *args, **kwargs: stub)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert daemon_main.main(["--config", str(tmp_path / "unused.toml")]) == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        listener.close()
+    assert stub.stats.cycles == 1
+    assert any("READY=1" in message.split("\n") for message in heard_during_first_cycle), heard_during_first_cycle

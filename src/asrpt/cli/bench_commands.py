@@ -1,19 +1,22 @@
-"""``asrpt bench cycle``: the daemon's decide step on a large synthetic snapshot, timed.
+"""``asrpt bench cycle`` and ``asrpt bench daemon``: the decide step alone, and whole daemon cycles.
 
-It builds a cluster of ``--nodes`` 8-accelerator nodes over three accelerator types, keeps
-``--running`` jobs on them and ``--pending`` jobs waiting, then measures (median of
-``--repeat`` runs): a whole first ``decide`` from a fresh policy state (``cycle_s``, the worst
-case: every job is new), the iteration predictor on the pending jobs (``predict_s``), the
+``bench cycle`` builds a cluster of ``--nodes`` 8-accelerator nodes over three accelerator
+types, keeps ``--running`` jobs on them and ``--pending`` jobs waiting, then measures (median
+of ``--repeat`` runs): a whole first ``decide`` from a fresh policy state (``cycle_s``, the
+worst case: every job is new), the iteration predictor on the pending jobs (``predict_s``), the
 virtual SRPT alone (``srpt_s``) and Heavy-Edge placement of every pending job alone
-(``placement_s``). Performance is measured here, never asserted in tests.
+(``placement_s``). ``bench daemon`` (:mod:`asrpt.cli.bench_daemon`) runs the real daemon
+end to end and counts its Slurm writes. Performance is measured here, never asserted in tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +36,24 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     cycle.add_argument("--seed", type=int, default=0)
     cycle.add_argument("--json", action="store_true", help="print JSON only")
     cycle.set_defaults(func=run_bench_cycle)
+
+    daemon = commands.add_parser(
+        "daemon",
+        help="time whole daemon cycles (real SQLite and spool, recorded Slurm answers) and count their writes",
+        description="Run the real daemon's cycles on a synthetic Slurm 22.05 queue: the first cycle (every job new), "
+        "then, once Slurm has started what that cycle pinned, a steady cycle (1%% of the pending jobs new, as many running "
+        "jobs ended) and an idle cycle (nothing changed "
+        "in Slurm). squeue/sinfo answers are built in memory; scontrol writes are recorded, not run.",
+        epilog="example: asrpt bench daemon --pending 3000 --running 300 --nodes 300 --json",
+    )
+    daemon.add_argument("--pending", type=_positive_count, default=10000, help="pending jobs (default 10000)")
+    daemon.add_argument("--running", type=_positive_count, default=1000, help="running jobs (default 1000; fewer if the nodes are full)")
+    daemon.add_argument("--nodes", type=_positive_count, default=1000, help="8-GPU nodes, a100/v100/t4 in turn (default 1000)")
+    daemon.add_argument("--policy", default="asrpt", help="the daemon's policy (default asrpt)")
+    daemon.add_argument("--history", type=int, default=2000, help="finished jobs in the history the forest is trained on first (default 2000; 0: a cold start)")
+    daemon.add_argument("--seed", type=int, default=0, help="synthetic queue seed (default 0)")
+    daemon.add_argument("--json", action="store_true", help="print JSON only")
+    daemon.set_defaults(func=run_bench_daemon)
 
     # Literal (not imported from asrpt.sim.matrix) so `asrpt --help` stays fast; a test checks them.
     matrix = commands.add_parser(
@@ -141,6 +162,36 @@ def synthetic_snapshot(pending: int, running: int, nodes: int, seed: int, speed:
         for name, f in free.items()
     )
     return ClusterSnapshot(partitions=partitions, nodes=node_list, pending=tuple(job(i) for i in range(pending)), running=tuple(running_jobs))
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def run_bench_daemon(args: argparse.Namespace) -> int:
+    from asrpt.cli.bench_daemon import run_daemon_bench
+    from asrpt.daemon.config import POLICY_NAMES
+
+    if args.policy not in POLICY_NAMES:
+        print(f"asrpt bench daemon: error: unknown policy {args.policy!r}; valid: {', '.join(POLICY_NAMES)}", file=sys.stderr)
+        return 2
+    logging.getLogger("asrpt").setLevel(logging.WARNING)
+    result = run_daemon_bench(pending=args.pending, running=args.running, nodes=args.nodes, policy=args.policy, seed=args.seed,
+                              history=max(0, args.history))
+    report = result.as_dict()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"daemon cycles: {result.pending} pending, {result.running} running, {result.nodes} nodes, policy {result.policy}")
+    for name, label in (("first", "first (all new)"), ("steady", f"steady ({result.changed_steady} jobs changed)"), ("idle", "idle (no change)")):
+        print(f"  {label:<28} {report[name + '_cycle_s']:8.3f} s   {report['writes_' + name]:6d} scontrol writes")
+    return 0
 
 
 def _median_s(repeat: int, work: Callable[[], object]) -> float:

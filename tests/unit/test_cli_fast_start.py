@@ -24,6 +24,9 @@ def test_literal_registries_match_the_real_ones():
     assert tuple(simulate.VIRTUAL_MACHINES) == tuple(VIRTUAL_MACHINES)
     assert set(predict_commands.UNSEEN_POLICIES) == set(UNSEEN_POLICIES)
     assert tuple(simulate.UNSEEN_POLICIES) == tuple(UNSEEN_POLICIES)
+    from asrpt.sim.cluster import DEFAULT_REQUEUE_COST
+
+    assert simulate.REQUEUE_COST_DEFAULT == DEFAULT_REQUEUE_COST
 
 
 def test_building_the_parser_imports_nothing_heavy():

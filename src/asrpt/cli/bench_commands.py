@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from asrpt.cli.simulate import REQUEUE_COST_DEFAULT, parse_requeue_cost
 from asrpt.exceptions import AsrptError
 
 
@@ -74,12 +75,17 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     matrix.add_argument("--json", type=Path, default=None, metavar="OUT.json", help="also write the report as JSON")
     matrix.add_argument("--markdown", type=Path, default=None, metavar="OUT.md", help="also write the table as markdown for bench/README.md")
     matrix.add_argument("--no-progress", action="store_true", help="no per-cell progress on stderr")
+    matrix.add_argument("--requeue-cost", default=REQUEUE_COST_DEFAULT, metavar="CHECKPOINT_S,RESTART_S",
+                        help="what a preemption costs the job: it keeps the work up to its last checkpoint (one every "
+                        "CHECKPOINT_S of run; 0 keeps all) and restarts in RESTART_S; 'free' = 0,0 "
+                        f"(default {REQUEUE_COST_DEFAULT})")
     matrix.set_defaults(func=run_bench_policies)
 
 
 MATRIX_TRACE_NAMES = ("pai", "philly", "gavel")
 JOBS_PER_TRACE_HELP = "leading jobs of each trace (default per trace: pai 2000, philly 2000, gavel 1000)"
-MATRIX_POLICY_NAMES = ("fifo", "multifactor", "qssf", "spwf", "tiresias", "sjf-oracle", "asrpt/oracle", "asrpt/history", "asrpt/rf")
+MATRIX_POLICY_NAMES = ("fifo", "multifactor", "qssf", "spwf", "tiresias", "sjf-oracle", "asrpt/oracle", "asrpt/history", "asrpt/rf",
+                       "asrpt-preempt/oracle", "asrpt-preempt/rf")
 
 
 def _csv_list(text: str, what: str, parse: Callable[[str], Any] = str) -> list[Any]:
@@ -112,6 +118,7 @@ def run_bench_policies(args: argparse.Namespace) -> int:
         per_partition=not args.total_load,
         workers=args.workers,
         progress=None if args.no_progress else stderr_progress,
+        requeue_cost=parse_requeue_cost(args.requeue_cost),
     )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -23,9 +23,22 @@ from asrpt.core.prediction import (  # light: names and defaults only, no scikit
 )
 from asrpt.exceptions import AsrptError
 
+#: asrpt.sim.cluster.DEFAULT_REQUEUE_COST, literal so that `asrpt --help` stays fast; a test checks it.
+REQUEUE_COST_DEFAULT = "1800,60"
+
+
+def parse_requeue_cost(text: str) -> Any:
+    """``--requeue-cost`` as a :class:`asrpt.sim.cluster.RequeueCost` (a clear error if bad)."""
+    from asrpt.sim.cluster import RequeueCost
+
+    try:
+        return RequeueCost.parse(text)
+    except ValueError as error:
+        raise AsrptError(f"--requeue-cost {error}") from None
+
 # Literal so `asrpt --help` stays fast (no numpy/networkx); tests check them against the
 # registries they mirror (core.policies.POLICIES, sim.traces.TRACE_FORMATS, ...).
-POLICY_NAMES = ("asrpt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", "tiresias", "multifactor")
+POLICY_NAMES = ("asrpt", "asrpt-preempt", "asrpt-strict", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", "tiresias", "multifactor")
 TRACE_FORMAT_NAMES = ("pai", "philly", "gavel", "sia", "csv", "sacct")
 PREDICTOR_NAMES = ("oracle", "history", "rf")
 DISPATCH_MODES = ("strict", "backfill", "greedy")
@@ -152,6 +165,14 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="the idealised cluster: start exactly the policy's starts, not also what Slurm's own scheduler "
         "and backfill would start from the priorities written (the default models them)",
     )
+    parser.add_argument(
+        "--requeue-cost",
+        default=REQUEUE_COST_DEFAULT,
+        metavar="CHECKPOINT_S,RESTART_S",
+        help="what a preemption (tiresias, asrpt-preempt) costs the job, as a Slurm requeue would: it keeps the "
+        "work up to its last checkpoint (one every CHECKPOINT_S of run; 0 keeps all) and spends RESTART_S "
+        f"starting again; 'free' = 0,0 (default {REQUEUE_COST_DEFAULT})",
+    )
     parser.add_argument("--forecast-samples", type=int, default=200, metavar="N", help="jobs forecast per policy with --forecast (default 200)")
 
 
@@ -214,6 +235,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         slurm_fills=args.slurm_fills,
         baseline_comm_heavy_hold=args.baseline_comm_heavy_hold,
         job_rows=args.jobs is not None,
+        requeue_cost=parse_requeue_cost(args.requeue_cost),
     )
     if args.jobs is not None:
         from asrpt.sim.job_rows import write_jobs_csv
@@ -265,6 +287,7 @@ def compare(
     baseline_comm_heavy_hold: bool = False,
     job_rows: bool = False,
     predictor_options: dict[str, Any] | None = None,
+    requeue_cost: Any = None,
 ) -> Comparison:
     """Run every policy on the same jobs for every seed; the report is ``--json``'s content.
 
@@ -273,12 +296,14 @@ def compare(
     ``wall_s`` then excludes the time spent forecasting. ``job_rows`` also collects one row per
     job, policy and seed (``Comparison.job_rows``); it cannot be combined with forecasts.
     ``slurm_fills=False`` replays on the idealised cluster that starts only the policies'
-    starts (``SimCluster``).
+    starts (``SimCluster``). ``requeue_cost`` (a ``RequeueCost``) is what a preemption costs;
+    default the simulator's (``DEFAULT_REQUEUE_COST``).
     """
     if job_rows and forecast_samples > 0:
         raise ValueError("job_rows and forecast_samples cannot be combined")
     from asrpt.core.policies import make_policy
     from asrpt.core.speed import default_speed_table
+    from asrpt.sim.cluster import DEFAULT_REQUEUE_COST, RequeueCost
     from asrpt.sim.clusters import load_cluster
     from asrpt.sim.engine import simulate
     from asrpt.sim.metrics import jct_values_s, lower_bound_total_jct_s, policy_metrics
@@ -286,6 +311,8 @@ def compare(
     from asrpt.sim.traces import read_trace
     from asrpt.sim.workload import build_jobs
 
+    if requeue_cost is None:
+        requeue_cost = RequeueCost.parse(DEFAULT_REQUEUE_COST)
     read = read_trace(trace, fmt, columns=columns, strict=strict, limit=limit)
     if read.skipped:
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(read.skipped.items()))
@@ -331,6 +358,7 @@ def compare(
                     make_predictions(predictor, seed=seed, **(predictor_options or {})),
                     progress=bar.update if bar else None,
                     slurm_fills=slurm_fills,
+                    requeue_cost=requeue_cost,
                 )
             if bar:
                 bar.close()
@@ -355,6 +383,7 @@ def compare(
         "cluster": cluster_name,
         "predictor": predictor,
         "slurm_fills": slurm_fills,
+        "requeue_cost": {"checkpoint_interval_s": requeue_cost.checkpoint_interval_s, "restart_s": requeue_cost.restart_s},
         "jobs": first["jobs"],
         "trace_rows_skipped": read.skipped,
         "workload_skipped": first["skipped"],

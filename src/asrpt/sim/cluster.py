@@ -16,6 +16,7 @@ plus its true iterations times the per-iteration time of its placement.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -44,11 +45,63 @@ class JobRecord:
     first_nodes: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RequeueCost:
+    """What stopping a running job costs it, as with Slurm's requeue of a checkpointing job.
+
+    Slurm cannot pause a GPU job and give its accelerators to another: a preemption is a
+    requeue, and the job later restarts from its last checkpoint. So a preempted job keeps only
+    the iterations up to its last checkpoint (one every ``checkpoint_interval_s`` of run time;
+    0 keeps everything) and its next run first spends ``restart_s`` starting up again (loading
+    the checkpoint, the model, the data). ``RequeueCost()`` is free preemption.
+    """
+
+    checkpoint_interval_s: float = 0.0
+    restart_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_interval_s", "restart_s"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+    def kept_run_s(self, ran_s: float) -> float:
+        """Of ``ran_s`` seconds of run, the seconds whose work the last checkpoint kept."""
+        if self.checkpoint_interval_s <= 0:
+            return ran_s
+        return math.floor(ran_s / self.checkpoint_interval_s) * self.checkpoint_interval_s
+
+    @property
+    def free(self) -> bool:
+        return self.checkpoint_interval_s == 0 and self.restart_s == 0
+
+    @classmethod
+    def parse(cls, text: str) -> "RequeueCost":
+        """``CHECKPOINT_S,RESTART_S`` (seconds) or ``free``, as the CLIs take it."""
+        if text.strip().lower() == "free":
+            return cls()
+        parts = text.split(",")
+        try:
+            if len(parts) != 2:
+                raise ValueError("expected two numbers")
+            return cls(float(parts[0]), float(parts[1]))
+        except ValueError as error:
+            raise ValueError(f"{text!r}: expected CHECKPOINT_S,RESTART_S (seconds, >= 0) or 'free' ({error})") from None
+
+
+#: The simulator's default: a checkpoint every 30 minutes of run, a minute to start again.
+#: Our assumption, not a measurement: DL jobs commonly checkpoint every epoch or N steps.
+DEFAULT_REQUEUE_COST = "1800,60"
+
+
 class SimCluster:
     def __init__(self, partitions: Sequence[Partition], nodes: Sequence[Node], *,
-                 speed: SpeedTable | None = None, slurm_fills: bool = True) -> None:
+                 speed: SpeedTable | None = None, slurm_fills: bool = True,
+                 requeue_cost: RequeueCost = RequeueCost()) -> None:
         """``speed`` places the jobs Slurm starts on its own (the policy's table; default
-        the built-in one); ``slurm_fills`` switches that model on (see the module doc)."""
+        the built-in one); ``slurm_fills`` switches that model on (see the module doc);
+        ``requeue_cost`` is what a preemption costs the job (free by default)."""
+        self.requeue_cost = requeue_cost
         self.partitions = tuple(partitions)
         self.slurm: SlurmScheduler | None = (
             SlurmScheduler(self.partitions, speed if speed is not None else default_speed_table()) if slurm_fills else None
@@ -200,9 +253,13 @@ class SimCluster:
         self._running_tuple = None
         self._release(running)
         ran_s = self.now_s - running.start_time_s
-        done_n = ran_s / running.placement.iteration_time_s if running.placement.iteration_time_s > 0 else 0.0
+        alpha_s = running.placement.iteration_time_s
+        done_n = self.requeue_cost.kept_run_s(ran_s) / alpha_s if alpha_s > 0 else 0.0
         job = running.job
         left_n = max((job.true_iterations or 0.0) - done_n, 0.0)
+        if self.requeue_cost.restart_s and alpha_s > 0:
+            # Start-up is time, not iterations; counted at the speed of the run it ended.
+            left_n += self.requeue_cost.restart_s / alpha_s
         predicted = job.predicted_iterations
         if predicted is not None:
             predicted = max(predicted - done_n, 0.0)

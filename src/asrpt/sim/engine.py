@@ -11,7 +11,7 @@ from asrpt.core.model import Job, Node, Partition, RunningJob
 from asrpt.core.policies.base import Policy, PolicyState
 from asrpt.core.speed import SpeedTable
 from asrpt.loop import SchedulingLoop
-from asrpt.sim.cluster import JobRecord, SimCluster
+from asrpt.sim.cluster import JobRecord, RequeueCost, SimCluster
 from asrpt.sim.predictors import SimPredictions
 
 
@@ -51,6 +51,7 @@ def simulate(
     state: PolicyState | None = None,
     slurm_fills: bool = True,
     speed: SpeedTable | None = None,
+    requeue_cost: RequeueCost = RequeueCost(),
 ) -> SimResult:
     """Replay ``jobs`` (with true iterations) under ``policy``; every job ends exactly once.
 
@@ -60,13 +61,14 @@ def simulate(
     starts what the policy leaves startable (see ``SimCluster``); off, exactly the decisions'
     starts run (the idealised model). ``speed`` places Slurm's own starts: by default the
     policy's table (``policy.speed``), since Slurm's jobs run as fast as the policy's would.
+    ``requeue_cost``: what a preemption costs the preempted job (``RequeueCost``; free by default).
     """
     arrivals = sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id))
     if speed is None:
         speed = getattr(policy, "speed", None)
     if slurm_fills and speed is None:
         raise ValueError(f"{policy.name}: the Slurm model needs a speed table (policy.speed or speed=)")
-    cluster = SimCluster(partitions, nodes, speed=speed, slurm_fills=slurm_fills)
+    cluster = SimCluster(partitions, nodes, speed=speed, slurm_fills=slurm_fills, requeue_cost=requeue_cost)
     first_s = arrivals[0].submit_time_s if arrivals else 0.0
     clock = SimClock(first_s if start_s is None else start_s)
     cluster.now_s = clock.t_s

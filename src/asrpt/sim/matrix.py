@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Sequence
 from asrpt.core.model import Job, Node, derived_shape
 from asrpt.core.speed import SpeedTable
 from asrpt.exceptions import AsrptError, ConfigError
+from asrpt.sim.cluster import RequeueCost
 from asrpt.sim.clusters import ClusterSpec
 from asrpt.sim.traces import TraceRecord
 
@@ -86,6 +87,8 @@ MATRIX_POLICIES: dict[str, tuple[str, str]] = {
     "asrpt/oracle": ("asrpt", "oracle"),
     "asrpt/history": ("asrpt", "history"),
     "asrpt/rf": ("asrpt", "rf"),
+    "asrpt-preempt/oracle": ("asrpt-preempt", "oracle"),
+    "asrpt-preempt/rf": ("asrpt-preempt", "rf"),
 }
 #: Options a label may add after colons, ``asrpt/rf:unseen=zero:estimate=mean`` (the paper's
 #: unseen rule, expected-work ranking): option -> keyword of ``make_predictions``.
@@ -339,6 +342,7 @@ class _Cell:
     calibration_seed: int
     policy: str
     per_partition: bool
+    requeue_cost: RequeueCost = RequeueCost()
 
 
 @functools.lru_cache(maxsize=4)
@@ -384,7 +388,7 @@ def _run_cell(cell: _Cell) -> dict[str, Any]:
     policy_name, predictor, options = parse_label(cell.policy)
     started = time.perf_counter()
     outcome = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(policy_name, speed),
-                       make_predictions(predictor, seed=cell.seed, **options))
+                       make_predictions(predictor, seed=cell.seed, **options), requeue_cost=cell.requeue_cost)
     metrics = policy_metrics(outcome)
     wall_s = time.perf_counter() - started
     return {
@@ -421,11 +425,13 @@ def run_matrix(
     per_partition: bool = True,
     workers: int = 2,
     progress: Callable[[str], None] | None = None,
+    requeue_cost: RequeueCost = RequeueCost(),
 ) -> dict[str, Any]:
     """Run every (trace, load, seed, policy) cell; returns the report (``--json``'s content).
 
     ``jobs_per_trace`` overrides each trace's ``default_jobs``; ``workers`` > 1 runs cells in a
-    process pool (they are independent), 1 runs them here.
+    process pool (they are independent), 1 runs them here. ``requeue_cost`` is what every
+    preemption costs (tiresias and asrpt-preempt preempt).
     """
     for label in policies:
         parse_label(label)
@@ -440,7 +446,8 @@ def run_matrix(
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
     cells = [
-        _Cell(trace, str(path), jobs_per_trace or trace.default_jobs, float(load), seed, seeds[0], policy, per_partition)
+        _Cell(trace, str(path), jobs_per_trace or trace.default_jobs, float(load), seed, seeds[0], policy, per_partition,
+              requeue_cost)
         for trace, path in traces for load in loads for seed in seeds for policy in policies
     ]
     order = sorted(range(len(cells)), key=lambda i: (_COST_RANK.get(cells[i].policy.partition(":")[0], 9), -cells[i].load, i))
@@ -472,6 +479,7 @@ def run_matrix(
             "loads": list(loads),
             "per_partition_load": per_partition,
             "workers": workers,
+            "requeue_cost": {"checkpoint_interval_s": requeue_cost.checkpoint_interval_s, "restart_s": requeue_cost.restart_s},
         },
         "cells": rows,
         "summary": summarise(rows),

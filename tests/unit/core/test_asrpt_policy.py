@@ -212,10 +212,12 @@ def test_the_longest_waiting_overdue_job_heads_the_work_order(sizes, looks, over
         paper.decide(snapshot, now_s, paper_state)
         decision = guarded.decide(snapshot, now_s, guarded_state)
         q = list(paper_state.queue)
-        overdue = sorted((j for j in q if now_s - by_id[j].submit_time_s >= overdue_after_s), key=lambda j: (by_id[j].submit_time_s, int(j)))
+        # Every pending job is watched, in Q or still on the virtual machine (a job believed
+        # huge may never complete there, and the guard exists for exactly such jobs).
+        overdue = sorted((j for j in by_id if now_s - by_id[j].submit_time_s >= overdue_after_s), key=lambda j: (by_id[j].submit_time_s, int(j)))
         head = overdue[:1]
         rest = sorted((j for j in q if j not in head), key=lambda j: (by_id[j].accelerators * by_id[j].true_iterations, q.index(j)))
-        assert tuple(decision.order)[: len(q)] == tuple(head + rest)
+        assert tuple(decision.order)[: len(head) + len(rest)] == tuple(head + rest)
         assert sorted(decision.order) == sorted(by_id)
 
 
@@ -296,3 +298,23 @@ def test_a_job_without_any_prediction_is_believed_to_run_its_time_limit():
     assert paper.capped_iterations(unknown, alpha) == 0.0 and paper.runtime_s(unknown, alpha) == 0.0
     oracle = ASRPTPolicy(speed, ASRPTOptions(use_true_iterations=True))
     assert oracle.capped_iterations(unknown, alpha) == pytest.approx(50.0)
+
+
+def test_the_guard_also_watches_jobs_the_virtual_machine_has_not_completed():
+    """A job believed huge may never complete on the virtual machine while smaller ones keep
+    arriving; the guard exists for exactly that job, so it must head the order once overdue
+    (Philly: a 16-GPU job with no prediction, believed to run its 4,331 h limit, waited 249 h
+    under a 168 h guard because it never entered Q)."""
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    huge = flat_job("huge", 1, 1e9)
+    stream = tuple(flat_job(f"s{i}", 1, 10.0, submit_s=100.0 * i) for i in range(1, 40))
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(huge, *stream))
+    policy = ASRPTPolicy(flat_speed_table(), ASRPTOptions(queue_order="work", overdue_after_s=3000.0))
+    state = policy.new_state()
+    before = policy.decide(snapshot, 2900.0, state)
+    assert "huge" not in state.queue and [p.job_id for p in before.starts] != ["huge"]
+    decision = policy.decide(snapshot, 3100.0, state)
+    assert "huge" not in state.queue  # still on the virtual machine
+    assert decision.order[0] == "huge" and [p.job_id for p in decision.starts] == ["huge"]
+    assert list(decision.order).count("huge") == 1
+    assert "starvation guard" in decision.reasons["huge"]

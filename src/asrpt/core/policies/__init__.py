@@ -8,6 +8,7 @@ from typing import Callable
 from asrpt.core.dispatch import DispatchOptions
 from asrpt.core.policies.asrpt import ASRPTOptions, ASRPTPolicy
 from asrpt.core.policies.base import Policy
+from asrpt.core.policies.preemption import PreemptiveASRPTPolicy
 from asrpt.core.policies.baselines import (
     FifoPolicy,
     MultifactorPolicy,
@@ -35,6 +36,7 @@ def _asrpt_oracle(speed: SpeedTable, options: ASRPTOptions) -> Policy:
 
 POLICIES: dict[str, Callable[[SpeedTable, ASRPTOptions], Policy]] = {
     "asrpt": _asrpt,
+    "asrpt-preempt": lambda speed, options: PreemptiveASRPTPolicy(speed, options),
     "asrpt-strict": _asrpt_strict,
     "asrpt-oracle": _asrpt_oracle,
     "fifo": lambda speed, _o: FifoPolicy(speed),

@@ -48,10 +48,11 @@ class ASRPTOptions:
 
     dispatch: DispatchOptions = DispatchOptions()
     queue_order: QueueOrder = "work"
-    #: ``work`` order only: once dispatchable jobs have been pending this long since their
-    #: submission, the longest-waiting of them goes to the head of Q (the head is the job
-    #: the backfill reservation protects), so a large job cannot starve behind a stream of
-    #: smaller ones; the rest keep the work order. ``math.inf`` turns the guard off.
+    #: ``work`` order only: once jobs have been pending this long since their submission
+    #: (in Q or not yet virtually complete), the longest-waiting of them goes to the head of
+    #: the dispatch order (the head is the job the backfill reservation protects), so a large
+    #: job cannot starve behind a stream of smaller ones; the rest keep the work order.
+    #: ``math.inf`` turns the guard off.
     overdue_after_s: float = OVERDUE_AFTER_S
     use_true_iterations: bool = False
     virtual_machine: VirtualMachine = "cluster"
@@ -89,8 +90,8 @@ class ASRPTState:
     work_s: dict[str, float] = field(default_factory=dict)
     #: How many jobs have entered Q (the tie-break that keeps virtual completion order); derived.
     queue_entries: int = 0
-    #: Jobs of Q past ``overdue_after_s``, longest-waiting first (they stay in
-    #: ``queue_by_work`` too), and a heap of (when each job of Q becomes overdue, id); derived.
+    #: Pending jobs past ``overdue_after_s``, longest-waiting first (those in Q stay in
+    #: ``queue_by_work`` too), and a heap of (when each pending job becomes overdue, id); derived.
     overdue: KeyedQueue = field(default_factory=KeyedQueue)
     overdue_at: list[tuple[float, str]] = field(default_factory=list)
     first_blocked_s: dict[str, float] = field(default_factory=dict)
@@ -176,6 +177,12 @@ class ASRPTPolicy:
         return runtime_s
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
+        pending, reasons = self._update(snapshot, now_s, state)
+        return self._decision(snapshot, now_s, state, pending, reasons)
+
+    def _update(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> tuple[dict[str, Job], Reasons]:
+        """Bring the state up to ``now_s``: new and changed jobs onto the virtual machine(s),
+        the jobs it completed into Q. Returns the pending jobs by id and the reasons so far."""
         pending = pending_by_id(snapshot.pending)
         reasons = Reasons()
         capacity_by_partition: dict[str, int] | None = None
@@ -184,9 +191,12 @@ class ASRPTPolicy:
             if job is None:
                 self._forget(job_id, state)
                 continue
-            if state.seen.get(job_id) is job:
+            previous = state.seen.get(job_id)
+            if previous is job:
                 continue  # unchanged since the last cycle
             state.seen[job_id] = job
+            if previous is None:  # new, or first seen since a restore
+                self._watch_wait(job, state)
             ideal_s = self._alpha_min_s(job, snapshot, state)
             if math.isinf(ideal_s):
                 state.never_fits.add(job_id)
@@ -227,14 +237,22 @@ class ASRPTPolicy:
         if by_work:
             self._file_by_work(entered, state)
             self._move_overdue(now_s, state)
+        return pending, reasons
 
-        dispatchable: Iterable[str] = state.queue
-        if by_work:
-            dispatchable = self._work_order(state)
-        elif self.options.queue_order == "remaining":
-            dispatchable = chain(state.queue, self._still_virtual(state))
+    def _dispatchable(self, state: ASRPTState) -> Iterable[str]:
+        """The ids the dispatcher may start, most urgent first."""
+        if self.options.queue_order == "work":
+            return self._work_order(state)
+        if self.options.queue_order == "remaining":
+            return chain(state.queue, self._still_virtual(state))
+        return state.queue
+
+    def _decision(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState, pending: Mapping[str, Job],
+                  reasons: Reasons) -> Decision:
+        """Dispatch the dispatchable jobs on ``snapshot`` (the state is already up to date)."""
+        by_work = self.options.queue_order == "work"
         result = dispatch(
-            (pending[j] for j in dispatchable),
+            (pending[j] for j in self._dispatchable(state)),
             snapshot,
             now_s,
             speed=self.speed,
@@ -289,17 +307,24 @@ class ASRPTPolicy:
             if job_id not in state.queue_by_work:
                 state.queue_by_work.put(job_id, (state.work_s[job_id], state.queue_entries))
                 state.queue_entries += 1
-                due_s = state.seen[job_id].submit_time_s + self.options.overdue_after_s
-                if not math.isinf(due_s):
-                    heapq.heappush(state.overdue_at, (due_s, job_id))
+
+    def _watch_wait(self, job: Job, state: ASRPTState) -> None:
+        """Note when a pending job becomes overdue for the starvation guard (``work`` order).
+        Every pending job is watched, not only those in Q: a job believed huge may never
+        complete on the virtual machine, and the guard exists for exactly such jobs."""
+        if self.options.queue_order != "work" or job.job_id in state.never_fits:
+            return
+        due_s = job.submit_time_s + self.options.overdue_after_s
+        if not math.isinf(due_s):
+            heapq.heappush(state.overdue_at, (due_s, job.job_id))
 
     @staticmethod
     def _move_overdue(now_s: float, state: ASRPTState) -> None:
-        """Jobs of Q whose wait reached the guard join the overdue list."""
+        """Pending jobs whose wait reached the guard join the overdue list."""
         while state.overdue_at and state.overdue_at[0][0] <= now_s:
             _, job_id = heapq.heappop(state.overdue_at)
-            if job_id in state.queue_by_work:  # else it started or left meanwhile
-                job = state.seen[job_id]
+            job = state.seen.get(job_id)
+            if job is not None and job_id not in state.never_fits:  # else it started or left meanwhile
                 state.overdue.put(job_id, (job.submit_time_s, id_sort_key(job_id)))
 
     @staticmethod
@@ -328,8 +353,14 @@ class ASRPTPolicy:
     def _order(self, state: ASRPTState) -> Iterator[str]:
         """Q, then the jobs still on the virtual machine, then those that can never run; each
         part worked out only when reached (``LazyOrder.stream`` may stop early)."""
-        yield from (self._work_order(state) if self.options.queue_order == "work" else state.queue)
-        yield from self._still_virtual(state)
+        if self.options.queue_order != "work":
+            yield from state.queue
+            yield from self._still_virtual(state)
+        else:
+            yield from self._work_order(state)
+            oldest = state.overdue.first()
+            head = oldest[1] if oldest is not None else None  # may be still on the virtual machine
+            yield from (j for j in self._still_virtual(state) if j != head)
         yield from sorted(state.never_fits, key=id_sort_key)
 
     def _next_dispatchable_s(self, state: ASRPTState, accelerators_free: int) -> float:

@@ -200,3 +200,37 @@ def test_a_stopping_daemon_releases_the_jobs_it_held(cluster, tmp_path):
     assert daemon.release_holds() == 1
     cluster.wait_for("the release", lambda: not _jobs(cluster)[tp8].is_held)
     assert "held" not in _jobs(cluster)[tp8].admin_comment.split("asrpt")[-1].split(":")[0]
+
+
+def test_asrpt_preempt_requeues_a_long_requeueable_job_for_a_short_one(cluster, tmp_path):
+    """Both a100 nodes hold a long job (predicted 10^6 iterations), one submitted with
+    --requeue, one with --no-requeue; a short 8-GPU job (10 iterations) arrives. asrpt-preempt
+    requeues the requeueable one only (scontrol requeue), and Slurm starts the short job on
+    the node it freed; the other long job keeps running."""
+    daemon = _daemon(cluster, tmp_path, preempt_exempt_s=0.0)
+    config = dataclasses.replace(daemon.config, daemon=dataclasses.replace(daemon.config.daemon, policy="asrpt-preempt"))
+    daemon = Daemon(config, repository=daemon.repository)
+    assert daemon.policy.name == "asrpt-preempt"
+    restartable = cluster.sbatch("-p", "a100", "-w", "node1", "--gres=gpu:a100:8", "--requeue", "-J", "long-ckpt", wrap="sleep 300")
+    pinned = cluster.sbatch("-p", "a100", "-w", "node2", "--gres=gpu:a100:8", "--no-requeue", "-J", "long", wrap="sleep 300")
+    for job_id in (restartable, pinned):
+        cluster.wait_state(job_id, "RUNNING")
+    short_job = cluster.sbatch("-p", "a100", "--gres=gpu:a100:8", "-J", "short", wrap="sleep 30")
+    for job_id, iterations in ((restartable, 1e6), (pinned, 1e6), (short_job, 10.0)):
+        daemon.repository.record_submission(SubmissionRecord(slurm_job_id=job_id, user="root", submit_time_s=0.0, source="wrapper"))
+        daemon.repository.record_prediction(job_id, predicted_iterations=iterations, model_version="test", made_at_s=0.0)
+
+    requeued = False
+    for _ in range(10):
+        decision = daemon.cycle()
+        assert decision is not None
+        requeued = requeued or daemon.backend.last_apply.requeues > 0
+        if _jobs(cluster)[short_job].state == "RUNNING":
+            break
+    assert requeued
+    cluster.wait_state(short_job, "RUNNING", timeout=30)
+    jobs = _jobs(cluster)
+    assert jobs[short_job].nodes == ("node1",)
+    assert jobs[restartable].state == "PENDING"  # back in the queue, to restart from its checkpoint
+    assert jobs[pinned].state == "RUNNING"
+    assert "Restarts=1" in cluster.run("scontrol", "show", "job", restartable).stdout

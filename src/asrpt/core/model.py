@@ -133,6 +133,10 @@ class Job:
     time_limit_s: float | None = None
     #: The allocation shape the request asks for (derived per partition by default).
     request_shape: RequestShape = DERIVED
+    #: A preemptive policy may stop and requeue it (it restarts from its own checkpoint).
+    #: True for trace jobs (the simulator assumes checkpoints, as Tiresias does); the daemon
+    #: sets it from Slurm's requeue flag of the job.
+    requeueable: bool = True
 
     def __post_init__(self) -> None:
         shape = self.request_shape

@@ -36,7 +36,7 @@ from asrpt.slurm.cli_backend import SlurmBackendConfig
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG_PATH = Path(paths.DEFAULT_CONFIG_PATH)
-POLICY_NAMES = ("asrpt", "asrpt-strict", "fifo", "spwf", "qssf", "multifactor")
+POLICY_NAMES = ("asrpt", "asrpt-preempt", "asrpt-strict", "fifo", "spwf", "qssf", "multifactor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +90,12 @@ class SchedulerSection:
     unseen_reference: str = DEFAULT_RF_UNSEEN_REFERENCE
     #: Cap predicted iterations at what fits in the job's time limit (false: the paper).
     time_limit_cap: bool = True
+    #: ``asrpt-preempt`` (``[daemon] policy``): a running job that Slurm may requeue (submitted
+    #: with ``--requeue``; set ``JobRequeue=0`` in slurm.conf so that only such jobs are) is
+    #: requeued for waiting jobs of at most 1/ratio of its predicted remaining work ...
+    preempt_ratio: float = 4.0
+    #: ... and never in its first seconds after a (re)start (like Slurm's PreemptExemptTime).
+    preempt_exempt_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +261,10 @@ def _check(config: DaemonConfig) -> None:
             f"{daemon.interval_s}; the wait after failed cycles grows from interval_s up to max_backoff_s, "
             "so it must be >= interval_s"
         )
+    scheduler = config.scheduler
+    if scheduler.preempt_ratio < 1:
+        raise ConfigError(f"{source}: [scheduler] preempt_ratio = {scheduler.preempt_ratio} must be >= 1: a waiting job "
+                          "may displace a running one only if it has at most 1/ratio of its remaining work")  # fmt: skip
     conf = config.slurm.slurm_conf
     if conf and not os.path.isfile(conf):
         raise ConfigError(f"{source}: [slurm] slurm_conf = {conf!r} is not a file; give slurm.conf's path, or leave "

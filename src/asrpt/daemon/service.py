@@ -71,6 +71,8 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
         overdue_after_s=sched.overdue_after_s,
         virtual_machine=sched.virtual_machine,  # type: ignore[arg-type]
         time_limit_cap=sched.time_limit_cap,
+        preempt_ratio=sched.preempt_ratio,
+        preempt_exempt_s=sched.preempt_exempt_s,
     )
 
 

@@ -465,6 +465,8 @@ class ApplyReport:
     pins_cleared: int = 0
     holds: int = 0
     releases: int = 0
+    #: Running jobs requeued for a preemptive policy (``scontrol requeue``).
+    requeues: int = 0
     admin_comments: int = 0
     #: scontrol calls made.
     calls: int = 0
@@ -662,6 +664,7 @@ class SlurmCliBackend:
             allowed_accelerators=tuple(sorted({layout.partition(t).accelerator for t in targets})),
             time_limit_s=sj.time_limit_s,
             request_shape=shape,
+            requeueable=sj.requeue,
         )
 
     def _pending_job(self, sj: SlurmJob, layout: _Layout) -> Job | None:
@@ -830,14 +833,18 @@ class SlurmCliBackend:
                 wants[jid].priority = value
 
         try:
+            # Requeues first: the starts they make room for are pinned to the nodes they free.
+            requeue = [jid for jid in dict.fromkeys(decision.preempts)
+                       if jid in observed and observed[jid].holds_resources and observed[jid].requeue]
+            report.requeues += len(self._run_batch(commands.requeue, requeue, report))
             self._write(wants, order, report)
         finally:
             if report.calls:
                 log.info(
                     "applied: %d priorities, %d pins, %d pins cleared, %d holds, %d releases, "
-                    "%d admin comments in %d scontrol calls (%d rejected)",
+                    "%d requeues, %d admin comments in %d scontrol calls (%d rejected)",
                     report.priorities, report.pins, report.pins_cleared, report.holds,
-                    report.releases, report.admin_comments, report.calls, len(report.failures),
+                    report.releases, report.requeues, report.admin_comments, report.calls, len(report.failures),
                     extra={"action": "apply"},
                 )
 

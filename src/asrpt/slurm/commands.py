@@ -103,6 +103,12 @@ def release(job_ids: Iterable[str]) -> list[str]:
     return ["scontrol", "release", _job_list(job_ids)]
 
 
+def requeue(job_ids: Iterable[str]) -> list[str]:
+    """``scontrol requeue a,b``: stop running batch jobs and put them back in the queue (they
+    restart from their own checkpoint). Slurm refuses jobs submitted with ``--no-requeue``."""
+    return ["scontrol", "requeue", _job_list(job_ids)]
+
+
 def _local_iso(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch_s))
 

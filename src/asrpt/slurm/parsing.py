@@ -551,6 +551,7 @@ def _job_from_json(job: Mapping[str, Any]) -> SlurmJob:
         gres_allocated=allocated if len(allocated) == len(nodes) else (),
         comment=_str(job, "comment"),
         admin_comment=_str(job, "admin_comment"),
+        requeue=job.get("requeue") is True,
     )
 
 

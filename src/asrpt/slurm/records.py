@@ -77,6 +77,9 @@ class SlurmJob:
     comment: str = ""
     #: Admin-only comment (asrpt keeps its marker and text here).
     admin_comment: str = ""
+    #: Slurm may requeue it: submitted with ``--requeue``, or by the site's ``JobRequeue=1``
+    #: default. With ``JobRequeue=0`` this says the user declared the job restartable.
+    requeue: bool = False
 
     @property
     def is_pending(self) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from asrpt.core.policies import make_policy
 from asrpt.core.policies.asrpt import ASRPTOptions
-from asrpt.core.policies.preemption import PREEMPT_EXEMPT_S, PreemptiveASRPTPolicy
+from asrpt.core.policies.preemption import PreemptiveASRPTPolicy
 from asrpt.sim.cluster import RequeueCost
 from asrpt.sim.engine import simulate
 from asrpt.sim.predictors import OraclePredictions
@@ -46,7 +46,7 @@ def test_a_job_is_not_requeued_in_its_exempt_time_but_right_after():
     """short arrives at 100 (dispatchable at 105), within long's first ten minutes: it waits
     until the exempt time ends (the policy asks to be woken then), not until long's end."""
     result = _run([flat_job("long", 2, 5000.0), flat_job("short", 1, 10.0, submit_s=100.0)])
-    assert result.records["short"].first_start_s == PREEMPT_EXEMPT_S
+    assert result.records["short"].first_start_s == ASRPTOptions().preempt_exempt_s
     assert result.records["long"].preemptions == 1
 
 
@@ -74,7 +74,7 @@ def test_an_overdue_job_gets_room_in_its_shape_by_requeues():
     (overdue after 1,000 s) can help: at 1001 it requeues both, wide runs 1001-1101, and a and
     b start again then (free preemption: they end at 10,100)."""
     speed = flat_speed_table()
-    policy = PreemptiveASRPTPolicy(speed, ASRPTOptions(overdue_after_s=1000.0), preempt_ratio=1e9)
+    policy = PreemptiveASRPTPolicy(speed, ASRPTOptions(overdue_after_s=1000.0, preempt_ratio=1e9))
     jobs = [flat_job("a", 1, 10000.0), flat_job("b", 1, 10000.0), flat_job("wide", 2, 100.0, submit_s=1.0)]
     result = _run(jobs, policy, per_node=1, count=2)
     wide = result.records["wide"]
@@ -82,11 +82,19 @@ def test_an_overdue_job_gets_room_in_its_shape_by_requeues():
     assert result.records["a"].preemptions == result.records["b"].preemptions == 1
     assert result.records["a"].end_s == pytest.approx(10100.0)
     # Without the guard wide waits for a and b to end.
-    unguarded = _run(jobs, PreemptiveASRPTPolicy(speed, ASRPTOptions(overdue_after_s=math.inf), preempt_ratio=1e9),
+    unguarded = _run(jobs, PreemptiveASRPTPolicy(speed, ASRPTOptions(overdue_after_s=math.inf, preempt_ratio=1e9)),
                      per_node=1, count=2)
     assert unguarded.records["wide"].first_start_s == 10000.0
 
 
 def test_the_ratio_must_keep_a_requeued_job_from_displacing_back():
     with pytest.raises(ValueError, match="preempt_ratio"):
-        PreemptiveASRPTPolicy(flat_speed_table(), preempt_ratio=0.5)
+        ASRPTOptions(preempt_ratio=0.5)
+
+
+def test_a_job_slurm_may_not_requeue_is_never_requeued():
+    from dataclasses import replace
+
+    long_job = replace(flat_job("long", 2, 5000.0), requeueable=False)
+    result = _run([long_job, flat_job("short", 1, 10.0, submit_s=2000.0)])
+    assert result.records["long"].preemptions == 0 and result.records["short"].first_start_s == 5000.0

@@ -70,6 +70,8 @@ INF = float("inf")
         ({"slurm": {"timeout_s": 1e-9}}, r"\[slurm\] timeout_s = 1e-09 is not valid: finite seconds >= 1"),
         ({"slurm": {"timeout_s": INF}}, r"\[slurm\] timeout_s = inf is not valid"),
         ({"spool": {"max_age_s": INF}}, r"\[spool\] max_age_s = inf is not valid: a finite number"),
+        ({"scheduler": {"preempt_ratio": 0.5}}, r"\[scheduler\] preempt_ratio = 0.5 must be >= 1"),
+        ({"scheduler": {"preempt_exempt_s": -1}}, r"\[scheduler\] preempt_exempt_s must be >= 0, got -1.0"),
         (
             {"slurm": {"partitions": [{"name": "h", "accelerator": "h100"}]}},
             r"\[\[slurm.partitions\]\] #1 accelerator = 'h100' is not in the speed table \(k80, p100, v100.*\); "

@@ -112,6 +112,13 @@ class FakeSlurm:
                         job["required_nodes"] = value
                     elif key == "AdminComment":
                         job["admin_comment"] = value
+        elif argv[:2] == ("scontrol", "requeue"):
+            for job_id in argv[2].split(","):
+                job = self._by_id(job_id)
+                if job is None or job.get("requeue") is not True:
+                    return RunResult(argv, Outcome.MALFORMED, 1, "", f"Requested operation is presently disabled for job {job_id}", 0.01)
+                job["job_state"] = "PENDING"
+                job["nodes"] = ""
         elif argv[:2] in (("scontrol", "hold"), ("scontrol", "release")):
             for job_id in argv[2].split(","):
                 job = self._by_id(job_id)
@@ -563,6 +570,25 @@ def test_decisions_about_unknown_or_running_jobs_are_ignored(fake):
     report = apply(b, Decision(order=("999999", running), holds=("888888", running),
                               starts=(start("777777", "node1"),)))
     assert report.calls == 0
+
+
+def test_preempts_requeue_only_running_jobs_slurm_may_requeue(fake):
+    """asrpt-preempt's victims: `scontrol requeue` in one call, only for running jobs whose
+    requeue flag is set (the policy sees the flag as Job.requeueable); a pending id or a
+    --no-requeue job in the decision is left alone."""
+    ids = [r.job.job_id for r in backend(fake).snapshot().running]
+    assert len(ids) >= 2
+    yes, no = ids[0], ids[1]
+    assert fake._by_id(yes)["requeue"] is True
+    fake._by_id(no)["requeue"] = False
+    b = backend(fake)
+    snap = b.snapshot()
+    flags = {r.job.job_id: r.job.requeueable for r in snap.running}
+    assert flags[yes] is True and flags[no] is False
+    pending = fake.id("rec-pend-typed")
+    report = apply(b, Decision(order=(pending,), preempts=(yes, no, pending)))
+    assert report.requeues == 1
+    assert [c for c in fake.calls if c[:2] == ("scontrol", "requeue")] == [("scontrol", "requeue", yes)]
 
 
 def test_apply_without_snapshot_polls_first(fake):

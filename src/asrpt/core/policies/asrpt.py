@@ -60,12 +60,21 @@ class ASRPTOptions:
     #: time_limit_s / alpha_min, runtime <= time_limit_s): Slurm ends a job at its limit, so a
     #: longer prediction is certainly wrong. False is the paper's unbounded prediction.
     time_limit_cap: bool = True
+    #: ``asrpt-preempt`` only: a waiting job displaces a running one only with at most
+    #: 1/ratio of its predicted remaining work (>= 1, so no job displaces a larger one) ...
+    preempt_ratio: float = 4.0
+    #: ... and never in its first ``preempt_exempt_s`` after a (re)start (Slurm's PreemptExemptTime).
+    preempt_exempt_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
             raise ValueError(f"queue_order {self.queue_order!r} is not one of {', '.join(QUEUE_ORDERS)}")
         if not self.overdue_after_s >= 0:
             raise ValueError(f"overdue_after_s must be >= 0, got {self.overdue_after_s}")
+        if not self.preempt_ratio >= 1.0 or math.isinf(self.preempt_ratio):
+            raise ValueError(f"preempt_ratio must be a finite number >= 1 (a job never displaces a larger one), got {self.preempt_ratio}")
+        if not self.preempt_exempt_s >= 0 or math.isinf(self.preempt_exempt_s):
+            raise ValueError(f"preempt_exempt_s must be a finite number >= 0, got {self.preempt_exempt_s}")
         if self.virtual_machine not in VIRTUAL_MACHINES:
             raise ValueError(f"virtual_machine {self.virtual_machine!r} is not one of {', '.join(VIRTUAL_MACHINES)}")
 

@@ -7,8 +7,9 @@ Tiresias, which preempts, is near 1.2-1.4x. Slurm cannot pause a GPU job for ano
 requeue one, which restarts from its last checkpoint. So the simulator charges a preemption
 what a requeue costs (:class:`asrpt.sim.cluster.RequeueCost`), and this policy only preempts
 when the gain is large: a waiting job must have at most ``1 / preempt_ratio`` of the victim's
-predicted remaining work, and a job is never stopped in its first ``preempt_exempt_s`` (like
-Slurm's PreemptExemptTime). With a ratio above 1 a requeued job can never preempt back the
+predicted remaining work (4 by default), and a job is never stopped in its first
+``preempt_exempt_s`` (10 minutes; like Slurm's PreemptExemptTime); both are ASRPTOptions. Only
+jobs Slurm may requeue are candidates (``Job.requeueable``). With a ratio above 1 a requeued job can never preempt back the
 job that displaced it (that job's remaining work only shrinks).
 
 The victims are chosen as Tiresias chooses its own (a walk over running and waiting jobs by
@@ -30,10 +31,6 @@ from asrpt.core.policies.asrpt import ASRPTOptions, ASRPTPolicy, ASRPTState
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
 
-#: A waiting job displaces a running one only with at most 1/ratio of its remaining work.
-PREEMPT_RATIO = 4.0
-#: No job is stopped in its first ten minutes after a (re)start.
-PREEMPT_EXEMPT_S = 600.0
 #: Waiting jobs (the head of Q) the preemption walk considers per decision.
 PREEMPT_CANDIDATES = 64
 
@@ -60,14 +57,17 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
     waiting jobs that want their accelerators (see the module docstring)."""
 
     def __init__(self, speed: SpeedTable, options: ASRPTOptions = ASRPTOptions(), name: str = "asrpt-preempt", *,
-                 preempt_ratio: float = PREEMPT_RATIO, preempt_exempt_s: float = PREEMPT_EXEMPT_S,
                  preempt_candidates: int = PREEMPT_CANDIDATES) -> None:
         super().__init__(speed, options, name)
-        if not preempt_ratio >= 1.0:
-            raise ValueError(f"preempt_ratio must be >= 1 (a job never displaces a larger one), got {preempt_ratio}")
-        self.preempt_ratio = preempt_ratio
-        self.preempt_exempt_s = preempt_exempt_s
         self.preempt_candidates = preempt_candidates
+
+    @property
+    def preempt_ratio(self) -> float:
+        return self.options.preempt_ratio
+
+    @property
+    def preempt_exempt_s(self) -> float:
+        return self.options.preempt_exempt_s
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
         pending, update_reasons = self._update(snapshot, now_s, state)
@@ -170,11 +170,14 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                 best = (cost, picked, [option[1] for option in options[:count]])
         return (best[1], best[2]) if best is not None else ([], [])
 
-    def may_requeue(self, running: RunningJob, now_s: float) -> bool:
-        """Past its exempt time since the (re)start, and not a job that waited past the
-        starvation guard before it started: that one is never sent back to wait again (a
-        guard that lets its own jobs be displaced by smaller ones bounds nothing)."""
-        if now_s - running.start_time_s < self.preempt_exempt_s:
+    def may_requeue(self, running: RunningJob, now_s: float, *, exempt_ends: bool = False) -> bool:
+        """Slurm may requeue it, it is past its exempt time since the (re)start (or
+        ``exempt_ends``: will be), and it is not a job that waited past the starvation guard
+        before it started: that one is never sent back to wait again (a guard that lets its
+        own jobs be displaced by smaller ones bounds nothing)."""
+        if not running.job.requeueable:
+            return False
+        if not exempt_ends and now_s - running.start_time_s < self.preempt_exempt_s:
             return False
         return running.job.submit_time_s + self.options.overdue_after_s > running.start_time_s
 
@@ -204,9 +207,11 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         running: list[tuple[float, int, str, RunningJob]] = []
         for rank, r in enumerate(snapshot.running):
             remaining_s = self.remaining_work_s(r, now_s)
-            # Only a job that could be displaced at all is worth ranking (most are not).
-            running.append((remaining_s / self.preempt_ratio if remaining_s > smallest_waiting_s * self.preempt_ratio
-                            else -math.inf, rank, r.job.job_id, r))
+            # Only a job that could be displaced at all is worth ranking (most are not); the
+            # others are charged first, so that their accelerators count as taken.
+            displaceable = remaining_s > smallest_waiting_s * self.preempt_ratio and self.may_requeue(
+                r, now_s, exempt_ends=True)
+            running.append((remaining_s / self.preempt_ratio if displaceable else -math.inf, rank, r.job.job_id, r))
         waiting.sort(key=lambda w: (w[0], w[1]))
         running.sort(key=lambda r: (r[0], r[1]))
         budget: dict[str, int] = {}

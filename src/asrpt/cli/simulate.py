@@ -309,8 +309,13 @@ def compare(
     per_seed: list[dict[str, Any]] = []
     jct_by_policy: dict[str, list[float]] = {}
     rows: list[dict[str, Any]] | None = [] if job_rows else None
+    reported_skips: dict[str, int] = {}
     for seed in seeds:
         built = build_jobs(read.records, cluster, speed, seed=seed)
+        if built.skipped and built.skipped != reported_skips:
+            left_out = ", ".join(f"{n} {why}" for why, n in sorted(built.skipped.items()))
+            print(f"asrpt: seed {seed}: trace jobs left out on cluster {cluster_name}: {left_out}", file=sys.stderr)
+            reported_skips = built.skipped
         if not built.jobs:
             raise AsrptError(f"no job of {trace} can run on cluster {cluster_name!r} ({built.skipped})")
         bound = lower_bound_total_jct_s(built.jobs, cluster.partitions, cluster.nodes, speed)

@@ -405,14 +405,17 @@ def _sweep(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
 
 def _emit(comparison: Comparison, json_path: Path | None, plot_path: Path | None) -> None:
     report = comparison.report
-    try:
+    try:  # the paths were checked at parse time; the disk can still fill or the directory go
         if json_path is not None:
             json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        print(format_table(report))
-        if plot_path is not None:
+    except OSError as error:
+        raise AsrptError(f"cannot write {json_path}: {error.strerror or error}") from error
+    print(format_table(report))
+    if plot_path is not None:
+        try:
             plot_jct_cdfs(comparison.jct_by_policy, plot_path, title=f"{Path(report['trace']).name} on {report['cluster']}")
-    except OSError as error:  # checked at parse time; the disk can still fill or the directory go
-        raise AsrptError(f"cannot write {error.filename or 'the output'}: {error.strerror or error}") from error
+        except OSError as error:
+            raise AsrptError(f"cannot write {plot_path}: {error.strerror or error}") from error
 
 
 def format_table(report: dict[str, Any]) -> str:

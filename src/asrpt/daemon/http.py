@@ -17,7 +17,8 @@ still sending its request is dropped, else the new one gets 503.
 DNS rebinding (a web page whose name is made to resolve to this machine reads ``/queue``) is
 refused by the Host header: only this machine's names (localhost, its hostname and FQDN, the
 bind address), the IP address the client connected to, and ``allowed_hosts`` (``[daemon]
-http_allowed_hosts``: a reverse proxy's public name) are answered; any other Host gets 421, a missing one (HTTP/1.1) 400.
+http_allowed_hosts``: a reverse proxy's public name) are answered; any other Host gets 421,
+a missing one (HTTP/1.1) 400.
 
 With Slurm's ``PrivateData=jobs`` (read as :mod:`asrpt.cli.queue_privacy` says, at most once
 a minute) the endpoint cannot tell who asks, so ``/queue`` serves only aggregate counts

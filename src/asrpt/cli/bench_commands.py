@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from asrpt.cli.simulate import REQUEUE_COST_DEFAULT, parse_requeue_cost
+from asrpt.cli.arg_types import int_at_least, output_file
+from asrpt.cli.simulate import POLICY_NAMES, REQUEUE_COST_DEFAULT, parse_requeue_cost
 from asrpt.exceptions import AsrptError
 
 
@@ -29,11 +30,11 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks of the hot paths")
     commands = bench.add_subparsers(dest="bench_command", metavar="COMMAND", required=True)
     cycle = commands.add_parser("cycle", help="time the decide step on a synthetic snapshot")
-    cycle.add_argument("--pending", type=int, default=10000)
-    cycle.add_argument("--running", type=int, default=1000)
-    cycle.add_argument("--nodes", type=int, default=1000)
-    cycle.add_argument("--repeat", type=int, default=3)
-    cycle.add_argument("--policy", default="asrpt")
+    cycle.add_argument("--pending", type=int_at_least(0), default=10000)
+    cycle.add_argument("--running", type=int_at_least(0), default=1000)
+    cycle.add_argument("--nodes", type=int_at_least(1), default=1000)
+    cycle.add_argument("--repeat", type=int_at_least(1), default=3)
+    cycle.add_argument("--policy", choices=POLICY_NAMES, default="asrpt")
     cycle.add_argument("--seed", type=int, default=0)
     cycle.add_argument("--json", action="store_true", help="print JSON only")
     cycle.set_defaults(func=run_bench_cycle)
@@ -72,8 +73,8 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     matrix.add_argument("--quick", action="store_true", help="tiny slices (120 jobs per trace), for smoke tests")
     matrix.add_argument("--total-load", action="store_true", help="scale all partitions by the total load instead of each by its own")
     matrix.add_argument("--workers", type=int, default=2, help="processes (cells are independent; default 2)")
-    matrix.add_argument("--json", type=Path, default=None, metavar="OUT.json", help="also write the report as JSON")
-    matrix.add_argument("--markdown", type=Path, default=None, metavar="OUT.md", help="also write the table as markdown for bench/README.md")
+    matrix.add_argument("--json", type=output_file, default=None, metavar="OUT.json", help="also write the report as JSON")
+    matrix.add_argument("--markdown", type=output_file, default=None, metavar="OUT.md", help="also write the table as markdown for bench/README.md")
     matrix.add_argument("--no-progress", action="store_true", help="no per-cell progress on stderr")
     matrix.add_argument("--requeue-cost", default=REQUEUE_COST_DEFAULT, metavar="CHECKPOINT_S,RESTART_S",
                         help="what a preemption costs the job: it keeps the work up to its last checkpoint (one every "

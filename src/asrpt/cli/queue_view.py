@@ -34,6 +34,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from asrpt.escaping import printable
+
 DEFAULT_FORMAT = "%.10i %.9P %.16j %.8u %.2t %.19S %.19e %.5b"
 UNKNOWN = "N/A"
 
@@ -127,25 +129,6 @@ def partition_text(row: ForecastLike) -> str:
     return ",".join(row.partitions) if row.partitions else UNKNOWN
 
 
-_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would obey or hide (ESC, newline, DEL, C1
-    controls, bidi overrides, zero-width characters) shown as its escape (``\\x1b``, ``\\n``,
-    ``\\u202e``): job names and users are the submitter's text. Idempotent."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if ch.isprintable():
-            out.append(ch)
-        elif ch in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[ch])
-        else:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-    return "".join(out)
 
 
 # -- JSON --------------------------------------------------------------------------------------

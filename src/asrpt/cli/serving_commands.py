@@ -16,6 +16,7 @@ import json
 import math
 from pathlib import Path
 
+from asrpt.cli.arg_types import output_file
 from asrpt.serving.errors import ClusterSpecError, ConfigError
 from asrpt.serving.models import find_model, known_model_names
 
@@ -45,7 +46,7 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     fit.add_argument("--profile", required=True, action="append", type=Path, metavar="FILE",
                      help="profile file (repeat for several files of one format)")
     fit.add_argument("--format", required=True, choices=PROFILE_FORMATS, help="profile format")
-    fit.add_argument("--json", required=True, type=Path, metavar="OUT", help="where to write the fits")
+    fit.add_argument("--json", required=True, type=output_file, metavar="OUT", help="where to write the fits")
     fit.add_argument("--model", help="model name, for files that do not carry it (distserve: default opt-13b)")
     fit.add_argument("--hardware", help="accelerator name, for files that do not carry it (distserve: a100-80gb)")
     fit.add_argument("--tp", type=int, help="tensor-parallel degree, for distserve files (default 1)")
@@ -62,7 +63,7 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     plan.add_argument("--cluster", required=True, help=CLUSTER_HELP)
     plan.add_argument("--fit", required=True, type=Path, metavar="FIT_JSON", help="output of `serving fit`")
     plan.add_argument("--trace", required=True, type=Path, metavar="AZURE_CSV", help="Azure LLM inference trace CSV")
-    plan.add_argument("--json", required=True, type=Path, metavar="OUT", help="where to write the plan")
+    plan.add_argument("--json", required=True, type=output_file, metavar="OUT", help="where to write the plan")
     plan.add_argument("--sample-requests", type=int,
                       help="requests in the estimate's sample (default: 10 x the batch slots of the largest instance, 200-5000)")
     plan.add_argument("--seed", type=int, default=0, help="seed of the estimate's sample (default 0)")
@@ -89,9 +90,9 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     route.add_argument("--output-predictor", choices=OUTPUT_PREDICTORS, default="bucket",
                        help="router's output-length guess: mean by prompt-length bucket (default), global mean, "
                             "or the true length (an upper bound)")
-    route.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
-    route.add_argument("--table", type=Path, metavar="OUT_MD", help="also write the table to this file")
-    route.add_argument("--plot", type=Path, metavar="OUT_PNG", help="plot throughput and TTFT p99 against rate")
+    route.add_argument("--json", type=output_file, metavar="OUT", help="write the results as JSON")
+    route.add_argument("--table", type=output_file, metavar="OUT_MD", help="also write the table to this file")
+    route.add_argument("--plot", type=output_file, metavar="OUT_PNG", help="plot throughput and TTFT p99 against rate")
     route.set_defaults(func=run_route_sim)
 
     from asrpt.cli.serving_router_commands import add_router_parser  # `serving router`: the live HTTP proxy

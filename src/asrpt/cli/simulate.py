@@ -21,6 +21,7 @@ from asrpt.core.prediction import (  # light: names and defaults only, no scikit
     UNSEEN_POLICIES,
     UNSEEN_REFERENCES,
 )
+from asrpt.cli.arg_types import float_at_least, output_file
 from asrpt.exceptions import AsrptError
 
 #: asrpt.sim.cluster.DEFAULT_REQUEUE_COST, literal so that `asrpt --help` stays fast; a test checks it.
@@ -59,8 +60,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     sim.set_defaults(func=run_simulate)
 
     demo = commands.add_parser("demo", help="replay the bundled PAI trace slice; no set-up needed")
-    demo.add_argument("--plot", type=Path, default=Path("asrpt-demo.png"), help="where to write the JCT CDF plot")
-    demo.add_argument("--json", type=Path, default=None, help="also write the comparison as JSON")
+    demo.add_argument("--plot", type=output_file, default="asrpt-demo.png", help="where to write the JCT CDF plot")
+    demo.add_argument("--json", type=output_file, default=None, help="also write the comparison as JSON")
     demo.add_argument(
         "--limit",
         type=int,
@@ -119,7 +120,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--overdue-after-s",
-        type=_at_least(0.0),
+        type=float_at_least(0.0),
         default=7 * 86400.0,
         help="A-SRPT work order: the longest-waiting job pending at least this long heads the queue "
         "(starvation guard; default a week; inf turns it off)",
@@ -130,24 +131,24 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         default="cluster",
         help="A-SRPT's virtual machine: the whole cluster (the paper) or one per pool of partitions",
     )
-    parser.add_argument("--comm-heavy", type=_at_least(1.0), default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
-    parser.add_argument("--tau", type=_at_least(0.0), default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
+    parser.add_argument("--comm-heavy", type=float_at_least(1.0), default=1.5, help="alpha/alpha_min ratio that makes a job communication-heavy")
+    parser.add_argument("--tau", type=float_at_least(0.0), default=0.1, help="comm-heavy hold budget, in multiples of the job's ideal runtime")
     parser.add_argument(
         "--baseline-comm-heavy-hold",
         action="store_true",
         help="give the baselines A-SRPT's communication-heavy hold too (--comm-heavy, --tau); off by default, "
         "as Slurm never holds a job for a better placement",
     )
-    parser.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
+    parser.add_argument("--json", type=output_file, default=None, help="write the comparison as JSON")
     parser.add_argument(
         "--jobs",
-        type=Path,
+        type=output_file,
         default=None,
         metavar="OUT.csv",
         help="write one CSV row per job, policy and seed: submit, first start, end, wait, JCT, partition, "
         "nodes and accelerators of the first run, preemptions",
     )
-    parser.add_argument("--plot", type=Path, default=None, help="write JCT CDFs (PNG)")
+    parser.add_argument("--plot", type=output_file, default=None, help="write JCT CDFs (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--forecast",
@@ -174,21 +175,6 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         f"starting again; 'free' = 0,0 (default {REQUEUE_COST_DEFAULT})",
     )
     parser.add_argument("--forecast-samples", type=int, default=200, metavar="N", help="jobs forecast per policy with --forecast (default 200)")
-
-
-def _at_least(lowest: float):
-    """An argparse type: a float >= ``lowest`` (inf allowed), else a usage error."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value >= lowest:
-            raise argparse.ArgumentTypeError(f"must be >= {lowest:g}, got {text}")
-        return value
-
-    return parse
 
 
 @dataclass(frozen=True)
@@ -323,8 +309,13 @@ def compare(
     per_seed: list[dict[str, Any]] = []
     jct_by_policy: dict[str, list[float]] = {}
     rows: list[dict[str, Any]] | None = [] if job_rows else None
+    reported_skips: dict[str, int] = {}
     for seed in seeds:
         built = build_jobs(read.records, cluster, speed, seed=seed)
+        if built.skipped and built.skipped != reported_skips:
+            left_out = ", ".join(f"{n} {why}" for why, n in sorted(built.skipped.items()))
+            print(f"asrpt: seed {seed}: trace jobs left out on cluster {cluster_name}: {left_out}", file=sys.stderr)
+            reported_skips = built.skipped
         if not built.jobs:
             raise AsrptError(f"no job of {trace} can run on cluster {cluster_name!r} ({built.skipped})")
         bound = lower_bound_total_jct_s(built.jobs, cluster.partitions, cluster.nodes, speed)
@@ -414,11 +405,17 @@ def _sweep(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
 
 def _emit(comparison: Comparison, json_path: Path | None, plot_path: Path | None) -> None:
     report = comparison.report
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    try:  # the paths were checked at parse time; the disk can still fill or the directory go
+        if json_path is not None:
+            json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    except OSError as error:
+        raise AsrptError(f"cannot write {json_path}: {error.strerror or error}") from error
     print(format_table(report))
     if plot_path is not None:
-        plot_jct_cdfs(comparison.jct_by_policy, plot_path, title=f"{Path(report['trace']).name} on {report['cluster']}")
+        try:
+            plot_jct_cdfs(comparison.jct_by_policy, plot_path, title=f"{Path(report['trace']).name} on {report['cluster']}")
+        except OSError as error:
+            raise AsrptError(f"cannot write {plot_path}: {error.strerror or error}") from error
 
 
 def format_table(report: dict[str, Any]) -> str:

@@ -51,6 +51,9 @@ class DaemonSection:
     sync_interval_s: float = 60.0
     #: ``host:port`` of the read-only HTTP endpoint; empty disables it.
     http_bind: str = ""
+    #: Host names the endpoint answers besides this machine's own (a reverse proxy's public
+    #: name when it forwards ``Host: $host``); any other Host header gets 421 (DNS rebinding).
+    http_allowed_hosts: tuple[str, ...] = ()
     state_dir: str = paths.DEFAULT_STATE_DIR
     #: Longest back-off after consecutive failed cycles, seconds.
     max_backoff_s: float = 300.0
@@ -285,6 +288,17 @@ def _check(config: DaemonConfig) -> None:
             )
         if not table.knows(part.relative_to):
             raise ConfigError(f"{where} relative_to = {part.relative_to!r} is not in the speed table ({known})")
+    if daemon.http_allowed_hosts:
+        from asrpt.daemon.http import host_name
+
+        for name in daemon.http_allowed_hosts:
+            try:
+                host_name(name)
+            except ValueError:
+                raise ConfigError(
+                    f"{source}: [daemon] http_allowed_hosts: {name!r} is not a host name (a name or name:port, as in a "
+                    "Host header, e.g. queue.example.org)"
+                ) from None
     host = _bind_host(daemon.http_bind)
     if host in _WILDCARD_HOSTS:
         log.warning(

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from asrpt.core.model import ClusterSnapshot, Job, ParallelConfig, RunningJob
-from asrpt.daemon.isolate import MAX_NAME_CHARS
 from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import HistoryRepository, SubmissionRecord
 from asrpt.exceptions import AsrptError
@@ -268,10 +267,10 @@ class HistoryEnrichment:
         group = (job.group or None) if wrapper is None or wrapper.recurrence_group is None else None
         record = SubmissionRecord(
             slurm_job_id=job.job_id,
-            user=(job.user or (slurm_job.user if slurm_job else "") or "unknown")[:128],
+            user=job.user or (slurm_job.user if slurm_job else "") or "unknown",
             submit_time_s=job.submit_time_s,
             source="slurm",
-            job_name=slurm_job.name.replace("\0", "")[:MAX_NAME_CHARS] if slurm_job and slurm_job.name else None,
+            job_name=slurm_job.name if slurm_job and slurm_job.name else None,
             partitions=slurm_job.partitions if slurm_job else job.allowed_partitions,
             accelerators=job.accelerators,
             accelerator_type=job.allowed_accelerators[0] if job.allowed_accelerators else None,

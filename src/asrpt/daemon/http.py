@@ -16,8 +16,9 @@ still sending its request is dropped, else the new one gets 503.
 
 DNS rebinding (a web page whose name is made to resolve to this machine reads ``/queue``) is
 refused by the Host header: only this machine's names (localhost, its hostname and FQDN, the
-bind address), the IP address the client connected to, and ``allowed_hosts`` (a reverse
-proxy's public name) are answered; any other Host gets 421, a missing one (HTTP/1.1) 400.
+bind address), the IP address the client connected to, and ``allowed_hosts`` (``[daemon]
+http_allowed_hosts``: a reverse proxy's public name) are answered; any other Host gets 421,
+a missing one (HTTP/1.1) 400.
 
 With Slurm's ``PrivateData=jobs`` (read as :mod:`asrpt.cli.queue_privacy` says, at most once
 a minute) the endpoint cannot tell who asks, so ``/queue`` serves only aggregate counts
@@ -614,7 +615,9 @@ def _bind_problem(error: OSError) -> str:
 def start_http_server(daemon: Any, bind: str, **limits: Any) -> AsrptHTTPServer:
     """Serve ``daemon``'s last cycle on ``bind`` from a daemon thread; ``shutdown()`` stops it.
     ``limits``: ``request_timeout_s``, ``max_connections``, ``max_request_bytes``,
-    ``allowed_hosts`` (extra Host names to answer, e.g. a reverse proxy's; none by default)."""
+    ``allowed_hosts`` (extra Host names to answer, e.g. a reverse proxy's; default: the
+    configuration's ``[daemon] http_allowed_hosts``)."""
+    limits.setdefault("allowed_hosts", daemon.config.daemon.http_allowed_hosts)
     host, port = parse_bind(bind)
     try:
         server = AsrptHTTPServer((host, port), daemon, **limits)

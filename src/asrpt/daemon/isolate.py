@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from asrpt import comment_hints
 from asrpt.core.model import Job, ParallelConfig
 from asrpt.core.speed import SpeedTable
 
@@ -24,10 +25,8 @@ MAX_TIME_LIMIT_S = 100 * 365 * 86_400.0
 #: Largest iteration count taken literally (the wrapper's own limit for ``iterations=``).
 MAX_ITERATIONS = 1e13
 #: Largest parallel degree and micro-batch count taken literally (the wrapper's limits).
-MAX_DEGREE = 1_000_000
-MAX_MICRO_BATCHES = 10_000_000
-#: Longest text the history's name columns hold (``String(256)``).
-MAX_NAME_CHARS = 256
+MAX_DEGREE = comment_hints.MAX_DEGREE
+MAX_MICRO_BATCHES = comment_hints.MAX_MICRO_BATCHES
 
 
 def _shown(value: object) -> str:
@@ -63,10 +62,8 @@ def usable_job(job: Job, now_s: float, speed: SpeedTable, default_class: str) ->
     if predicted is not None and not (math.isfinite(predicted) and 0 <= predicted <= MAX_ITERATIONS):
         reasons.append(f"predicted iterations {_shown(predicted)} out of range; taken as unknown (0)")
         changes["predicted_iterations"] = 0.0
-    for name in ("user", "group"):
-        value = getattr(job, name)
-        if "\0" in value or len(value) > MAX_NAME_CHARS:
-            changes[name] = value.replace("\0", "")[:MAX_NAME_CHARS]
+    # Names need no check here: the history's columns drop NUL and keep to their lengths
+    # (asrpt.db.models.CleanText), and the scheduler only compares them.
     return (replace(job, **changes) if changes else job), reasons
 
 

@@ -96,6 +96,17 @@ def run_loop(daemon: Any, stopping: threading.Event, *, monotonic: Callable[[], 
             due_s[name] = monotonic() + section.retrain_interval_s
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(text: str) -> str:
+    """argparse type of ``--log-level``; applied to the ``$ASRPT_LOG_LEVEL`` default too."""
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown log level {text!r}; valid: {', '.join(LOG_LEVELS)}")
+    return level
+
+
 def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.daemon.config import load_config
     from asrpt.daemon.service import Daemon
@@ -123,9 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="read Slurm, decide, store decisions and forecasts, log what would be written; write nothing to Slurm",
     )
-    parser.add_argument("--log-level", default=os.environ.get("ASRPT_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        default=os.environ.get("ASRPT_LOG_LEVEL", "INFO"),
+        help=f"one of {', '.join(LOG_LEVELS)}, any case (default $ASRPT_LOG_LEVEL or INFO)",
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 
     # Installed first: a SIGTERM at any moment only sets this event; the main thread notices
     # it (during start-up after the first cycle, later at once or when the running cycle ends).

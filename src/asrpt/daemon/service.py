@@ -24,7 +24,7 @@ from asrpt.core.speed import SpeedTable, default_speed_table
 from asrpt.daemon.config import DaemonConfig
 from asrpt.daemon.enrich import HistoryEnrichment
 from asrpt.daemon.forecasts import forecast_records
-from asrpt.daemon.isolate import MAX_NAME_CHARS, ordinary_job, usable_job
+from asrpt.daemon.isolate import ordinary_job, usable_job
 from asrpt.daemon.model import DaemonPredictor
 from asrpt.daemon.serving import ServingPlanner
 from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
@@ -364,7 +364,7 @@ class Daemon:
                 policy=self.policy.name,
                 state=self.loop.state,
                 expected_iterations=self._expected_iterations(snapshot),
-                job_names={job_id: (sj.name or "").replace("\0", "")[:MAX_NAME_CHARS] for job_id, sj in slurm_jobs.items()},
+                job_names={job_id: sj.name or "" for job_id, sj in slurm_jobs.items()},
                 job_users={job_id: sj.user for job_id, sj in slurm_jobs.items()},
                 job_partitions={job_id: sj.partitions for job_id, sj in slurm_jobs.items()},
                 notes=self.enrichment.notes,

@@ -70,6 +70,33 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(timezone.utc)
 
 
+class CleanText(TypeDecorator[str]):
+    """Text as its column can hold it: NUL removed and cut to the column's length on the way in.
+
+    Names, users, partitions and reasons come from users and squeue. PostgreSQL refuses a NUL
+    and a value longer than the column (a DataError that failed the whole cycle's transaction)
+    where SQLite stored both, so the backends disagreed. The column's declared length is the
+    one limit; no caller trims on its own. Lookups are cleaned the same way, so they match.
+    """
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        if "\0" in value:
+            value = value.replace("\0", "")
+        length = self.impl.length  # type: ignore[attr-defined]
+        return value[:length] if length is not None and len(value) > length else value
+
+
+class CleanLongText(CleanText):
+    """:class:`CleanText` without a length (a ``TEXT`` column): NUL removed only."""
+
+    impl = Text
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: dict[Any, Any] = {datetime: UtcDateTime()}
@@ -90,31 +117,31 @@ class Submission(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     #: Slurm's job id as text ("1234", "1234_7" for an array task).
-    slurm_job_id: Mapped[str] = mapped_column(String(64), unique=True)
-    user_name: Mapped[str] = mapped_column(String(128))
+    slurm_job_id: Mapped[str] = mapped_column(CleanText(64), unique=True)
+    user_name: Mapped[str] = mapped_column(CleanText(128))
     uid: Mapped[int | None] = mapped_column(Integer)
-    account: Mapped[str | None] = mapped_column(String(128))
-    job_name: Mapped[str | None] = mapped_column(String(256))
+    account: Mapped[str | None] = mapped_column(CleanText(128))
+    job_name: Mapped[str | None] = mapped_column(CleanText(256))
     #: Comma-separated, as Slurm writes them (partition names cannot contain commas).
-    partitions: Mapped[str | None] = mapped_column(String(512))
+    partitions: Mapped[str | None] = mapped_column(CleanText(512))
     accelerators: Mapped[int | None] = mapped_column(Integer)
-    accelerator_type: Mapped[str | None] = mapped_column(String(64))
+    accelerator_type: Mapped[str | None] = mapped_column(CleanText(64))
     parallel_data: Mapped[int | None] = mapped_column(Integer)
     parallel_pipeline: Mapped[int | None] = mapped_column(Integer)
     parallel_tensor: Mapped[int | None] = mapped_column(Integer)
     micro_batches: Mapped[int | None] = mapped_column(Integer)
-    model_name: Mapped[str | None] = mapped_column(String(128))
-    workload_class: Mapped[str | None] = mapped_column(String(128))
-    script_hash: Mapped[str | None] = mapped_column(String(128))
-    recurrence_group: Mapped[str | None] = mapped_column(String(256))
-    command: Mapped[str | None] = mapped_column(Text)
+    model_name: Mapped[str | None] = mapped_column(CleanText(128))
+    workload_class: Mapped[str | None] = mapped_column(CleanText(128))
+    script_hash: Mapped[str | None] = mapped_column(CleanText(128))
+    recurrence_group: Mapped[str | None] = mapped_column(CleanText(256))
+    command: Mapped[str | None] = mapped_column(CleanLongText())
     time_limit_s: Mapped[float | None] = mapped_column(Float)
     submit_time: Mapped[datetime] = mapped_column(UtcDateTime())
-    source: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(CleanText(16))
     #: The user's ``#ASRPT iterations=N`` statement, if any.
     iterations_hint: Mapped[float | None] = mapped_column(Float)
     #: ``#ASRPT serve-model=NAME``: the LLM a serving job serves, as the user wrote it.
-    serve_model: Mapped[str | None] = mapped_column(String(128))
+    serve_model: Mapped[str | None] = mapped_column(CleanText(128))
     #: ``#ASRPT tp=auto``: the daemon picks the tensor-parallel degree from the serving plan.
     parallel_tensor_auto: Mapped[bool | None] = mapped_column(Boolean)
     recorded_at: Mapped[datetime] = mapped_column(UtcDateTime())
@@ -140,11 +167,11 @@ class JobOutcome(Base):
     start_time: Mapped[datetime | None] = mapped_column(UtcDateTime())
     end_time: Mapped[datetime | None] = mapped_column(UtcDateTime())
     #: Slurm's state name: COMPLETED, FAILED, TIMEOUT, CANCELLED, NODE_FAIL, ...
-    exit_state: Mapped[str | None] = mapped_column(String(32))
+    exit_state: Mapped[str | None] = mapped_column(CleanText(32))
     exit_code: Mapped[int | None] = mapped_column(Integer)
     #: Slurm node list expression as reported ("gpu[01-02]").
-    nodes: Mapped[str | None] = mapped_column(Text)
-    accelerator_type_used: Mapped[str | None] = mapped_column(String(64))
+    nodes: Mapped[str | None] = mapped_column(CleanLongText())
+    accelerator_type_used: Mapped[str | None] = mapped_column(CleanText(64))
     #: Training iterations the job reported, when it did.
     iterations: Mapped[float | None] = mapped_column(Float)
     recorded_at: Mapped[datetime] = mapped_column(UtcDateTime())
@@ -160,7 +187,7 @@ class Prediction(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"))
-    model_version: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[str] = mapped_column(CleanText(128))
     predicted_iterations: Mapped[float] = mapped_column(Float)
     made_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
@@ -172,7 +199,7 @@ class SchedulerState(Base):
 
     __tablename__ = "scheduler_state"
 
-    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(CleanText(128), primary_key=True)
     value: Mapped[Any] = mapped_column(JSON, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
@@ -198,13 +225,13 @@ class Forecast(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    slurm_job_id: Mapped[str] = mapped_column(String(64), unique=True)
+    slurm_job_id: Mapped[str] = mapped_column(CleanText(64), unique=True)
     #: When the cycle that made this forecast ran.
     made_at: Mapped[datetime] = mapped_column(UtcDateTime())
     #: Whether the job was in the queue at the last cycle.
     current: Mapped[bool] = mapped_column(Boolean)
     #: The policy that ordered the queue ("asrpt", "multifactor", ...).
-    policy: Mapped[str] = mapped_column(String(64))
+    policy: Mapped[str] = mapped_column(CleanText(64))
     running: Mapped[bool] = mapped_column(Boolean)
     #: Held by asrpt (communication-heavy wait for a consolidated placement).
     held: Mapped[bool] = mapped_column(Boolean)
@@ -212,12 +239,12 @@ class Forecast(Base):
     position: Mapped[int | None] = mapped_column(Integer)
     predicted_start: Mapped[datetime | None] = mapped_column(UtcDateTime())
     predicted_end: Mapped[datetime | None] = mapped_column(UtcDateTime())
-    user_name: Mapped[str] = mapped_column(String(128))
-    job_name: Mapped[str | None] = mapped_column(String(256))
+    user_name: Mapped[str] = mapped_column(CleanText(128))
+    job_name: Mapped[str | None] = mapped_column(CleanText(256))
     #: Where it runs, or where the forecast starts it.
-    partition: Mapped[str | None] = mapped_column(String(128))
+    partition: Mapped[str | None] = mapped_column(CleanText(128))
     #: Partitions the job allows, comma-separated.
-    partitions: Mapped[str | None] = mapped_column(String(512))
+    partitions: Mapped[str | None] = mapped_column(CleanText(512))
     accelerators: Mapped[int] = mapped_column(Integer)
     #: The iterations the policy ranked the job by (0: unseen, it goes first).
     predicted_iterations: Mapped[float | None] = mapped_column(Float)
@@ -227,7 +254,7 @@ class Forecast(Base):
     virtual_remaining_s: Mapped[float | None] = mapped_column(Float)
     virtual_size_s: Mapped[float | None] = mapped_column(Float)
     #: Why the job sits where it does, in the policy's words.
-    reason: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(CleanLongText())
     first_made_at: Mapped[datetime] = mapped_column(UtcDateTime())
     first_predicted_start: Mapped[datetime | None] = mapped_column(UtcDateTime())
     first_predicted_end: Mapped[datetime | None] = mapped_column(UtcDateTime())

@@ -34,11 +34,14 @@ Formats (``fmt``):
     Job steps (``123.batch``, ``123.0``) and jobs that have not finished are skipped.
 
 Rows are either *used*, *skipped* on purpose (CPU-only, job steps...) or *bad* (unparseable,
-negative duration, wrong number of fields). Skips and bad rows are counted by reason in
-:attr:`TraceReadResult.skipped`; bad rows also log one warning with the first line numbers,
-or, with ``strict=True``, raise :class:`~asrpt.exceptions.TraceFormatError` at the first one.
-A file that cannot be read at all (missing, no header, a required column absent) always
-raises. Line numbers are 1-based physical lines of the file, header included.
+negative duration, wrong number of fields, a job id seen on an earlier row: the first row of
+an id is kept). Skips and bad rows are counted by reason in :attr:`TraceReadResult.skipped`;
+bad rows also log one warning with the first line numbers, or, with ``strict=True``, raise
+:class:`~asrpt.exceptions.TraceFormatError` at the first one (for repeated ids: naming every
+repeated id). A file that cannot be read at all (missing, no header, a required column
+absent) always raises. Messages quote the file only as short escaped excerpts, so a binary
+file is named as one, never echoed. A UTF-8 byte-order mark is ignored. Line numbers are
+1-based physical lines of the file, header included.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, TextIO
 
+from asrpt.escaping import excerpt, looks_binary
 from asrpt.exceptions import ConfigError, TraceFormatError
 
 __all__ = [
@@ -230,9 +234,8 @@ class _Tally:
     def bad(self, line: int, error: _Bad, raw: str) -> None:
         if self.strict:
             detail = f" ({error.detail})" if error.detail else ""
-            raise TraceFormatError(
-                f"{self.path}:{line}: bad {self.fmt} row: {error.reason}{detail}: {raw[:200]!r}"
-            )
+            row = f": {excerpt(raw, 80)}" if raw else ""
+            raise TraceFormatError(f"{self.path}:{line}: bad {self.fmt} row: {error.reason}{detail}{row}")
         self.skip(error.reason)
         self.bad_reasons[error.reason] = self.bad_reasons.get(error.reason, 0) + 1
         self.bad_rows += 1
@@ -336,11 +339,12 @@ def read_trace(
             records = _read_csv(stream, tally, mapping, fractional)
         else:
             records = _read_sacct(stream, tally)
+    records = _first_row_of_each_id(records, tally)
     tally.report()
     records.sort(key=lambda r: (r.submit_time_s, r.source_line))
     if limit is not None:
         records = records[:limit]
-    return TraceReadResult(records=records, skipped=dict(tally.skipped), bad_lines=list(tally.bad_lines),
+    return TraceReadResult(records=records, skipped=dict(tally.skipped), bad_lines=sorted(tally.bad_lines),
                            bad_rows=tally.bad_rows)
 
 
@@ -427,6 +431,37 @@ def _check_columns(columns: Mapping[str, str]) -> dict[str, str]:
     return mapping
 
 
+def _first_row_of_each_id(records: list[TraceRecord], tally: _Tally) -> list[TraceRecord]:
+    """The records without repeats of a job id (records come in file order): the first row of an
+    id is kept and later ones are bad rows, or, with strict, the whole file is rejected naming
+    every repeated id (a trace that says two things about one job cannot be trusted)."""
+    first_line: dict[str, int] = {}
+    kept: list[TraceRecord] = []
+    repeats: list[tuple[TraceRecord, int]] = []
+    for record in records:
+        line = first_line.setdefault(record.job_id, record.source_line)
+        if line == record.source_line:
+            kept.append(record)
+        else:
+            repeats.append((record, line))
+    if repeats and tally.strict:
+        shown = "; ".join(f"{excerpt(r.job_id, 40)} at lines {line} and {r.source_line}"
+                          for r, line in repeats[:MAX_BAD_LINES])
+        more = f"; and {len(repeats) - MAX_BAD_LINES} more" if len(repeats) > MAX_BAD_LINES else ""
+        raise TraceFormatError(f"{tally.path}: {len(repeats)} duplicate job id(s), each id must appear once: {shown}{more}")
+    for record, line in repeats:
+        tally.bad(record.source_line, _Bad("duplicate job id", f"first at line {line}"), "")
+    return kept
+
+
+def _header_shown(header: list[str]) -> str:
+    """What a rejected header held, short and escaped; a binary file is called one."""
+    text = ", ".join(header)
+    if looks_binary(text):
+        return f"the file looks binary, not a text trace; it begins {excerpt(text, 40)}"
+    return f"the header has: {excerpt(text, 200)}"
+
+
 def _stem(path: Path) -> str:
     name = path.name
     for suffix in (".gz", ".trace", ".csv", ".txt"):
@@ -436,19 +471,20 @@ def _stem(path: Path) -> str:
 
 
 def _open_text(path: Path) -> TextIO:
-    # Undecodable bytes become U+FFFD so a damaged line is a bad row, not a crash mid-file.
+    # Undecodable bytes become U+FFFD so a damaged line is a bad row, not a crash mid-file;
+    # utf-8-sig drops the byte-order mark spreadsheet programs put before the header.
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace", newline="")
-    return open(path, encoding="utf-8", errors="replace", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace", newline="")
+    return open(path, encoding="utf-8-sig", errors="replace", newline="")
 
 
 def _number(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise _Bad(f"unparseable {what}", repr(text)) from None
+        raise _Bad(f"unparseable {what}", excerpt(text)) from None
     if not math.isfinite(value):
-        raise _Bad(f"unparseable {what}", repr(text))
+        raise _Bad(f"unparseable {what}", excerpt(text))
     return value
 
 
@@ -463,14 +499,14 @@ def _duration(text: str) -> float:
         try:
             parsed = parse_slurm_duration_s(text)
         except ValueError:
-            raise _Bad("unparseable duration", repr(text)) from None
+            raise _Bad("unparseable duration", excerpt(text)) from None
         if parsed is None:
-            raise _Bad("unparseable duration", repr(text))
+            raise _Bad("unparseable duration", excerpt(text))
         value = parsed
     if not math.isfinite(value):
-        raise _Bad("unparseable duration", repr(text))
+        raise _Bad("unparseable duration", excerpt(text))
     if value < 0:
-        raise _Bad("negative duration", repr(text))
+        raise _Bad("negative duration", excerpt(text))
     if value == 0:
         raise _Skip("zero duration")
     return value
@@ -487,16 +523,16 @@ def _time_limit(text: str) -> float | None:
         try:
             return parse_slurm_duration_s(text)
         except ValueError:
-            raise _Bad("unparseable time limit", repr(text)) from None
+            raise _Bad("unparseable time limit", excerpt(text)) from None
     if not math.isfinite(value) or value <= 0:
-        raise _Bad("unparseable time limit", repr(text))
+        raise _Bad("unparseable time limit", excerpt(text))
     return value
 
 
 def _accelerator_count(text: str, fractional: str) -> int:
     value = _number(text.strip(), "accelerator count")
     if value < 0:
-        raise _Bad("negative accelerator count", repr(text))
+        raise _Bad("negative accelerator count", excerpt(text))
     if value == 0:
         raise _Skip("cpu-only")
     whole = round(value)
@@ -513,7 +549,7 @@ def _epoch_s(text: str) -> float:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise _Bad("unparseable timestamp", repr(text)) from None
+        raise _Bad("unparseable timestamp", excerpt(text)) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
@@ -522,7 +558,7 @@ def _epoch_s(text: str) -> float:
 def _submit_offset(text: str, what: str = "submit time") -> float:
     value = _number(text.strip(), what)
     if value < 0:
-        raise _Bad(f"negative {what}", repr(text))
+        raise _Bad(f"negative {what}", excerpt(text))
     return value
 
 
@@ -585,7 +621,7 @@ def _require(header: list[str], wanted: tuple[str, ...], tally: _Tally) -> dict[
     if missing:
         raise TraceFormatError(
             f"{tally.path}: not a {tally.fmt} trace: column(s) {', '.join(missing)} missing; "
-            f"the header has: {', '.join(header)}"
+            f"{_header_shown(header)}"
         )
     return {w: i for w, i in found.items() if i is not None}
 
@@ -686,15 +722,15 @@ def _read_gavel(stream: TextIO, tally: _Tally, vc: str) -> list[TraceRecord]:
             batch = int(match.group("batch")) if match and match.group("batch") else None
             workload_class = workload_class_name(model)
             if not workload_class:
-                raise _Bad("missing job type", repr(job_type))
+                raise _Bad("missing job type", excerpt(job_type))
             steps = _number(steps_text.strip(), "total steps")
             if steps < 0:
-                raise _Bad("negative total steps", repr(steps_text))
+                raise _Bad("negative total steps", excerpt(steps_text))
             if steps == 0:
                 raise _Skip("zero iterations")
             scale = _number(scale_text.strip(), "scale factor")
             if scale != int(scale) or scale < 1:
-                raise _Bad("unparseable scale factor", repr(scale_text))
+                raise _Bad("unparseable scale factor", excerpt(scale_text))
             raws.append(_RawRecord(
                 job_id=str(data_index),
                 submit_time_s=_submit_offset(arrival_text, "arrival time"),
@@ -717,7 +753,7 @@ def _read_gavel(stream: TextIO, tally: _Tally, vc: str) -> list[TraceRecord]:
 def _sia_steps(application: str, batch_size: int) -> float:
     profile = SIA_STEPS_TO_TARGET.get(application)
     if profile is None:
-        raise _Bad("unknown application", f"{application!r}; known: {', '.join(sorted(SIA_STEPS_TO_TARGET))}")
+        raise _Bad("unknown application", f"{excerpt(application)}; known: {', '.join(sorted(SIA_STEPS_TO_TARGET))}")
     if batch_size in profile:
         return float(profile[batch_size])
     # Nearest profiled batch size (in log scale); steps scale inversely with the batch.
@@ -737,7 +773,7 @@ def _read_sia(stream: TextIO, tally: _Tally) -> list[TraceRecord]:
         replicas = _accelerator_count(f[col["num_replicas"]], "ceil")
         batch = _number(f[col["batch_size"]].strip(), "batch size")
         if batch < 1 or batch != int(batch):
-            raise _Bad("unparseable batch size", repr(f[col["batch_size"]]))
+            raise _Bad("unparseable batch size", excerpt(f[col["batch_size"]]))
         return _RawRecord(
             job_id=job_id,
             submit_time_s=_submit_offset(f[col["time"]]),
@@ -768,11 +804,11 @@ class _SubmitClock:
         except ValueError:
             value, kind = _epoch_s(text), "timestamp"
         if not math.isfinite(value):
-            raise _Bad("unparseable submit time", repr(text))
+            raise _Bad("unparseable submit time", excerpt(text))
         if self.kind is None:
             self.kind = kind
         elif kind != self.kind:
-            raise _Bad("mixed submit time formats", f"{text!r} is not a {self.kind}")
+            raise _Bad("mixed submit time formats", f"{excerpt(text)} is not a {self.kind}")
         return value
 
 
@@ -831,9 +867,9 @@ def _tres_accelerators(tres: str) -> tuple[int, str | None]:
         try:
             count = int(value)
         except ValueError:
-            raise _Bad("unparseable TRES", repr(item)) from None
+            raise _Bad("unparseable TRES", excerpt(item)) from None
         if count < 0:
-            raise _Bad("unparseable TRES", repr(item))
+            raise _Bad("unparseable TRES", excerpt(item))
         if gres_type:
             per_type = typed.setdefault(name, {})
             per_type[gres_type] = per_type.get(gres_type, 0) + count
@@ -869,7 +905,7 @@ def _read_sacct(stream: TextIO, tally: _Tally) -> list[TraceRecord]:
     if "jobid" not in names:
         hint = " (was it run with --noheader?)" if header and re.fullmatch(r"\d+([_.+].*)?", header[0].strip()) else ""
         raise TraceFormatError(f"{tally.path}: not sacct -P output: no JobID column in the header{hint}; "
-                               f"the header has: {', '.join(header)}")
+                               f"{_header_shown(header)}")
     missing = []
     if "submit" not in names:
         missing.append("Submit")
@@ -880,7 +916,7 @@ def _read_sacct(stream: TextIO, tally: _Tally) -> list[TraceRecord]:
     if missing:
         raise TraceFormatError(f"{tally.path}: sacct output lacks {'; '.join(missing)}; "
                                f"run sacct -P -o JobID,User,JobName,Submit,ElapsedRaw,AllocTRES,ReqTRES,Timelimit,State. "
-                               f"The header has: {', '.join(header)}")
+                               f"{_header_shown(header)}")
 
     def get(fields: list[str], name: str) -> str:
         i = names.get(name)
@@ -929,9 +965,9 @@ def _sacct_record(line: int, fields: list[str], get: Callable[[list[str], str], 
         try:
             parsed = parse_slurm_duration_s(get(fields, "elapsed"))
         except ValueError:
-            raise _Bad("unparseable elapsed time", repr(get(fields, "elapsed"))) from None
+            raise _Bad("unparseable elapsed time", excerpt(get(fields, "elapsed"))) from None
         if parsed is None:
-            raise _Bad("unparseable elapsed time", repr(get(fields, "elapsed")))
+            raise _Bad("unparseable elapsed time", excerpt(get(fields, "elapsed")))
         duration = parsed
     else:
         start, end = get(fields, "start"), get(fields, "end")
@@ -948,7 +984,7 @@ def _sacct_record(line: int, fields: list[str], get: Callable[[list[str], str], 
     try:
         limit = parse_slurm_duration_s(limit_text) if limit_text else None
     except ValueError:
-        raise _Bad("unparseable time limit", repr(limit_text)) from None
+        raise _Bad("unparseable time limit", excerpt(limit_text)) from None
     user, name = get(fields, "user"), get(fields, "jobname")
     return _RawRecord(
         job_id=job_id,

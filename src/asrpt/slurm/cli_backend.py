@@ -71,6 +71,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
+from asrpt.comment_hints import parse_comment_hints
 from asrpt.core.model import (
     SPREAD,
     ClusterSnapshot,
@@ -208,8 +209,6 @@ class SlurmBackendConfig:
 
 # -- comment hints and asrpt's AdminComment part (pure) ------------------------------------------
 
-_HINT_RE = re.compile(r"(?:^|\s)asrpt:(\S+)")
-_HINT_KEYS = {"dp": "data", "pp": "pipeline", "tp": "tensor", "mb": "micro_batches"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,19 +238,10 @@ class JobHints:
 
 
 def parse_hints(comment: str) -> JobHints:
-    """Hints from a job comment; unknown keys and bad values are ignored (the comment is the
-    user's free text)."""
-    parallel: dict[str, int] = {}
-    workload: str | None = None
-    for match in _HINT_RE.finditer(comment or ""):
-        for item in match.group(1).split(","):
-            key, _, value = item.partition("=")
-            key = key.strip().lower()
-            if key in _HINT_KEYS and value.isdigit() and int(value) >= 1:
-                parallel[_HINT_KEYS[key]] = int(value)
-            elif key == "class" and re.fullmatch(r"[\w.\-]+", value or ""):
-                workload = value
-    return JobHints(parallel, workload)
+    """Hints from a job comment, by the wrapper's rule (:mod:`asrpt.comment_hints`): bad values
+    and unknown keys are dropped (the comment is the user's free text; the wrapper warned)."""
+    hints = parse_comment_hints(comment)
+    return JobHints(hints.parallel, hints.workload_class)
 
 
 _OWN_RE = re.compile(r"(?:^|\s)asrpt(?:\[(?P<flags>[a-z,]*)\])?:(?:\s(?P<text>.*))?$", re.DOTALL)

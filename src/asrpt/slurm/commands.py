@@ -58,14 +58,15 @@ def _job_list(job_ids: Iterable[str]) -> str:
     if not ids:
         raise ValueError("no job ids")
     for job_id in ids:
-        if not job_id or any(c.isspace() or c in ",=" for c in job_id):
+        if not job_id or any(c.isspace() or c in ",=\0" for c in job_id):
             raise ValueError(f"bad job id {job_id!r}")
     return ",".join(ids)
 
 
 def _one_line(text: str) -> str:
-    """scontrol takes the value as one argv word; newlines would garble ``scontrol show``."""
-    return " ".join(text.split())
+    """scontrol takes the value as one argv word; newlines would garble ``scontrol show``, and
+    an argument with a NUL cannot be passed at all (the text is users', via squeue)."""
+    return " ".join(text.replace("\0", "").split())
 
 
 def update_jobs(

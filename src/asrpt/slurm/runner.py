@@ -231,7 +231,8 @@ class SlurmRunner:
                 tuple(argv), Outcome.UNREACHABLE, None, "", f"cannot run {argv[0]}: {exc}",
                 time.monotonic() - started, attempt,
             )
-        except ValueError as exc:  # a NUL in an argument (one job's AdminComment): that write only
+        except ValueError as exc:  # a NUL in an argument: commands.py drops it from text, so only a
+            # node list Slurm itself reported could carry one; that write alone is refused (free)
             return RunResult(
                 tuple(argv), Outcome.MALFORMED, None, "", f"not run: an argument contains a NUL byte ({exc})",
                 time.monotonic() - started, attempt,

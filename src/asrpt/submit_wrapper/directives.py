@@ -40,13 +40,16 @@ the directive; nothing in them can raise a job's priority by itself (see
 asrpt knows the model is the daemon's question (it says so in its log and schedules the job
 as an ordinary one), never a reason to touch the submission.
 
-Start-up matters (the wrapper runs on every submission): this module imports nothing, uses
+Start-up matters (the wrapper runs on every submission): this module imports only the light
+:mod:`asrpt.comment_hints` (shared with the daemon, so both read hints by one rule), uses
 string methods rather than regular expressions (each compiled pattern costs start-up time)
 and plain classes with ``__slots__`` instead of dataclasses (``dataclasses`` pulls in
 ``inspect``).
 """
 
 from __future__ import annotations
+
+from asrpt.comment_hints import MAX_DEGREE, MAX_MICRO_BATCHES, MAX_NAME_CHARS, is_name, parse_comment_hints, positive_int
 
 NO_ARG = 0
 REQUIRED = 1
@@ -344,28 +347,8 @@ ASRPT_FIELDS = (
 )
 #: ``tp=auto``: the daemon chooses the tensor-parallel degree (from the serving plan).
 TP_AUTO = "auto"
-_NAME_PUNCTUATION = frozenset("_.:/+@-")
 _NUMBER_CHARS = frozenset("0123456789.eE+")
-_MAX_NAME = 128
-_MAX_DEGREE = 1_000_000
-_MAX_MICRO_BATCHES = 10_000_000
 _MAX_ITERATIONS = 1e13
-
-
-def _is_name(value: str) -> bool:
-    """Letters and digits (any script), then also ``_.:/+@-``; at most _MAX_NAME long."""
-    return (
-        0 < len(value) <= _MAX_NAME
-        and value[0].isalnum()
-        and all(ch.isalnum() or ch in _NAME_PUNCTUATION for ch in value)
-    )
-
-
-def _positive_int(value: str, limit: int) -> int | None:
-    if not (value.isascii() and value.isdigit()):
-        return None
-    number = int(value)
-    return number if 1 <= number <= limit else None
 
 
 def _positive_number(value: str, limit: float) -> float | None:
@@ -396,15 +379,15 @@ def parse_asrpt_words(words: list[str], where: str) -> tuple[dict[str, object], 
             warnings.append(f"{where}: #ASRPT {shown}: unknown key {_shorten(key)!r} (known: {known}); ignored")
             continue
         if target in ("model", "workload_class", "serve_model"):
-            if _is_name(value):
+            if is_name(value):
                 fields[target] = value
             else:
                 warnings.append(
                     f"{where}: #ASRPT {shown}: expected a name of letters, digits and _.:/+@- "
-                    f"(at most {_MAX_NAME} characters); ignored"
+                    f"(at most {MAX_NAME_CHARS} characters); ignored"
                 )
         elif target == "parallel":
-            degrees = [_positive_int(part, _MAX_DEGREE) for part in value.lower().split("x")]
+            degrees = [positive_int(part, MAX_DEGREE) for part in value.lower().split("x")]
             if len(degrees) == 3 and None not in degrees:
                 fields["parallel_data"], fields["parallel_pipeline"], fields["parallel_tensor"] = degrees
                 fields.pop("parallel_tensor_auto", None)
@@ -417,8 +400,8 @@ def parse_asrpt_words(words: list[str], where: str) -> tuple[dict[str, object], 
             fields["parallel_tensor_auto"] = True
             fields.pop("parallel_tensor", None)
         elif target in ("parallel_data", "parallel_pipeline", "parallel_tensor", "micro_batches"):
-            limit = _MAX_MICRO_BATCHES if target == "micro_batches" else _MAX_DEGREE
-            number = _positive_int(value, limit)
+            limit = MAX_MICRO_BATCHES if target == "micro_batches" else MAX_DEGREE
+            number = positive_int(value, limit)
             if number is None:
                 auto = ", or auto" if target == "parallel_tensor" else ""
                 warnings.append(f"{where}: #ASRPT {shown}: expected a positive integer up to {limit}{auto}; ignored")
@@ -460,24 +443,14 @@ def workload_class_problem(name: str, where: str) -> str | None:
 
 
 def comment_problems(comment: str) -> list[str]:
-    """Warnings for the ``asrpt:`` hints of a ``--comment`` the daemon cannot use."""
-    problems: list[str] = []
-    for word in comment.split():
-        if not word.startswith("asrpt:"):
-            continue
-        for item in word[len("asrpt:") :].split(","):
-            key, _, value = item.partition("=")
-            key = key.strip().lower()
-            if key == "class" and value:
-                problem = workload_class_problem(value, "--comment asrpt:class")
-                if problem:
-                    problems.append(problem)
-            elif key in ("dp", "pp", "tp", "mb"):
-                limit = _MAX_MICRO_BATCHES if key == "mb" else _MAX_DEGREE
-                if _positive_int(value, limit) is None:
-                    problems.append(
-                        f"--comment asrpt:{_shorten(item)}: expected a positive integer up to {limit}; asrpt ignores it"
-                    )
+    """Warnings for the ``asrpt:`` hints of a ``--comment`` the daemon cannot use: the ones
+    :func:`asrpt.comment_hints.parse_comment_hints` drops, and a class the speed table lacks."""
+    hints = parse_comment_hints(comment)
+    problems = list(hints.problems)
+    if hints.workload_class is not None:
+        problem = workload_class_problem(hints.workload_class, "--comment asrpt:class")
+        if problem:
+            problems.append(problem)
     return problems
 
 

@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from asrpt.comment_hints import MAX_NAME_CHARS
 from asrpt.submit_wrapper import spool
 
 logger = logging.getLogger(__name__)
@@ -384,10 +385,10 @@ def parse_record(
         script_text=text,
         script_truncated=bool(truncated),
         recurrence_group=group,
-        model_name=_opt_str(asrpt, "model", 256),
-        workload_class=_opt_str(asrpt, "workload_class", 256),
+        model_name=_opt_str(asrpt, "model", MAX_NAME_CHARS),
+        workload_class=_opt_str(asrpt, "workload_class", MAX_NAME_CHARS),
         iterations_hint=None if iterations is None else float(iterations),
-        serve_model=_opt_str(asrpt, "serve_model", 256),
+        serve_model=_opt_str(asrpt, "serve_model", MAX_NAME_CHARS),
         parallel_tensor_auto=True if tensor_auto else None,
         sbatch_options=dict(sbatch_options),
         script_args=_str_tuple(directives.get("script_args"), "script_args"),

@@ -22,7 +22,14 @@ def test_an_explicit_missing_file_is_an_error(tmp_path):
 @pytest.mark.parametrize(
     "document, message",
     [
-        ({"daemon": {"intervall_s": 5}}, "unknown key 'intervall_s' in \\[daemon\\]; valid keys: http_bind, interval_s"),
+        ({"daemon": {"intervall_s": 5}}, "unknown key 'intervall_s' in \\[daemon\\]; valid keys: http_allowed_hosts, http_bind, interval_s"),
+        ({"daemon": {"http_allowed_host": ["q.example.org"]}},
+         "unknown key 'http_allowed_host' in \\[daemon\\]; valid keys: http_allowed_hosts, http_bind"),
+        ({"daemon": {"http_allowed_hosts": ["queue example.org"]}},
+         "\\[daemon\\] http_allowed_hosts: 'queue example.org' is not a host name"),
+        ({"daemon": {"http_allowed_hosts": ["https://queue.example.org/"]}},
+         "http_allowed_hosts: 'https://queue.example.org/' is not a host name \\(a name or name:port, as in a Host header"),
+        ({"daemon": {"http_allowed_hosts": 5}}, "\\[daemon\\] http_allowed_hosts must be tuple"),
         ({"deamon": {}}, "unknown section \\[deamon\\]; valid sections: daemon, database"),
         ({"scheduler": {"mode": "fast"}}, "mode = 'fast' is not one of strict, backfill, greedy"),
         ({"scheduler": {"queue_order": "size"}}, "queue_order = 'size' is not one of work, virtual_completion, remaining"),
@@ -176,3 +183,11 @@ def test_the_daemon_predicts_with_the_forest_defaults_and_can_restore_the_paper(
     assert paper.scheduler.unseen_policy == "zero" and policy_options(paper).time_limit_cap is False
     with pytest.raises(ConfigError, match="estimate = 'mode' is not one of median, mean, lognormal"):
         parse_config({"scheduler": {"estimate": "mode"}}, {})
+
+
+def test_http_allowed_hosts_from_the_file_or_the_environment():
+    assert parse_config({}, {}).daemon.http_allowed_hosts == ()
+    config = parse_config({"daemon": {"http_allowed_hosts": ["queue.example.org", "Queue.Example.org:443"]}}, {})
+    assert config.daemon.http_allowed_hosts == ("queue.example.org", "Queue.Example.org:443")
+    from_env = parse_config({}, {"ASRPT_DAEMON_HTTP_ALLOWED_HOSTS": "a.example.org, b.example.org"})
+    assert from_env.daemon.http_allowed_hosts == ("a.example.org", "b.example.org")

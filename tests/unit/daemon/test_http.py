@@ -344,6 +344,21 @@ def test_private_data_jobs_serves_only_counts(daemon, tmp_path) -> None:
         server.shutdown()
 
 
+def test_the_configured_allowed_hosts_reach_the_host_check(daemon) -> None:
+    """An admin behind a reverse proxy that forwards its public name sets [daemon] http_allowed_hosts."""
+    section = dataclasses.replace(daemon.config.daemon, http_allowed_hosts=("queue.example.org",))
+    daemon.config = dataclasses.replace(daemon.config, daemon=section)
+    server = start_http_server(daemon, "127.0.0.1:0")
+    try:
+        def status(host: str) -> int:
+            return raw_request(server, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())[0]
+
+        assert status("queue.example.org") == 200 and status("QUEUE.example.org:443") == 200
+        assert status("other.example.org") == 421
+    finally:
+        server.shutdown()
+
+
 def test_bad_limits_and_allowed_hosts_are_configuration_errors(daemon) -> None:
     with pytest.raises(ConfigError, match="max_connections 0"):
         start_http_server(daemon, "127.0.0.1:0", max_connections=0)

@@ -213,6 +213,12 @@ def test_on_postgresql_a_long_or_nul_job_name_neither_fails_the_cycle_nor_loses_
     snapshot, jobs = _cluster()
     jobs["101"] = dataclasses.replace(jobs["101"], name="x" * 300)
     jobs["102"] = dataclasses.replace(jobs["102"], name="a\x00b")
+    # A directory's user name beyond the 128-character user columns (the names were cut at
+    # 256 in one place and 128 in another, and not at all on the way to the forecasts).
+    long_user = "u" * 200
+    jobs["103"] = dataclasses.replace(jobs["103"], user=long_user)
+    snapshot = dataclasses.replace(snapshot, pending=tuple(
+        dataclasses.replace(j, user=long_user) if j.job_id == "103" else j for j in snapshot.pending))
     (tmp_path / "spool").mkdir()
     backend = FakeSlurm(snapshot, jobs)
     daemon = Daemon(DaemonConfig(spool=SpoolSection(dir=str(tmp_path / "spool"))), repository=repository, backend=backend,
@@ -223,6 +229,8 @@ def test_on_postgresql_a_long_or_nul_job_name_neither_fails_the_cycle_nor_loses_
         assert daemon.stats.forecast_failures == 0
         assert repository.get_submission("101").job_name == "x" * 256
         assert repository.get_submission("102").job_name == "ab"
+        assert repository.get_submission("103").user == "u" * 128
+        assert repository.forecast_for("103").user == "u" * 128
     finally:
         repository.close()
 

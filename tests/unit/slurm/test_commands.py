@@ -18,6 +18,17 @@ def test_read_commands():
     assert commands.nodes_query((24, 11, 5)) == ["scontrol", "show", "node", "--json"]
 
 
+def test_a_nul_never_reaches_an_scontrol_argument():
+    """squeue shows a NUL a user put in the AdminComment's other text; asrpt writes that text back.
+    subprocess refuses such an argument, so the write (ETA, flags) was lost every cycle."""
+    assert commands.update_jobs(["7"], admin_comment="tag=a\x00b asrpt[held]: eta") == [
+        "scontrol", "update", "JobId=7", "AdminComment=tag=ab asrpt[held]: eta",
+    ]
+    for bad in (["7\x00"], ["\x00"]):
+        with pytest.raises(ValueError, match="bad job id"):
+            commands.update_jobs(bad, priority=1)
+
+
 def test_update_jobs():
     assert commands.update_jobs(["7"], priority=4294967000) == ["scontrol", "update", "JobId=7", "Priority=4294967000"]
     assert commands.update_jobs(["7", "8"], priority=5, req_nodes="node[1-2]", admin_comment="asrpt: a\nb  c") == [

@@ -161,6 +161,9 @@ BAD_DOCUMENTS = {
     "argv-not-strings": record_document(argv=[1, 2]),
     "huge-model": record_document(directives={"asrpt": {"model": "m" * 300}}),
     "huge-serve-model": record_document(directives={"asrpt": {"serve_model": "m" * 300}}),
+    # beyond the wrapper's own limit, which is the history's column (String(128))
+    "long-model": record_document(directives={"asrpt": {"model": "m" * 129}}),
+    "long-class": record_document(directives={"asrpt": {"workload_class": "c" * 129}}),
     "serve-model-number": record_document(directives={"asrpt": {"serve_model": 7}}),
     "tp-auto-string": record_document(directives={"asrpt": {"parallel_tensor_auto": "yes"}}),
 }
@@ -187,6 +190,12 @@ def test_a_minimal_record_is_accepted(spool_dir):
     put(spool_dir, "min.json", {"format": "asrpt-submission", "version": 1, "slurm_job_id": "7"})
     [record] = read_spool(spool_dir)
     assert record.slurm_job_id == "7" and record.model_name is None and record.argv == ()
+
+
+def test_names_up_to_the_wrappers_limit_are_accepted(spool_dir):
+    put(spool_dir, "names.json", record_document(directives={"asrpt": {"model": "m" * 128, "workload_class": "c" * 128}}))
+    [record] = read_spool(spool_dir)
+    assert record.model_name == "m" * 128 and record.workload_class == "c" * 128
 
 
 def test_a_symlink_is_rejected_and_its_target_untouched(spool_dir, tmp_path):

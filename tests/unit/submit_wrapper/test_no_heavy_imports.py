@@ -22,6 +22,9 @@ OURS = {
     "asrpt.submit_wrapper.directives",
     "asrpt.submit_wrapper.config",
     "asrpt.submit_wrapper.spool",
+    # shared with the daemon, light by the import contract: one rule for hints and escapes
+    "asrpt.comment_hints",
+    "asrpt.escaping",
 }
 
 _RUN = """

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Mapping
 
-from asrpt.paths import DEFAULT_DATABASE_URL
+from asrpt.cli.site_config import DATABASE_URL_ENV, resolve_database_url
 from asrpt.exceptions import AsrptError
+from asrpt.paths import DEFAULT_DATABASE_URL
 
-#: Environment variable that overrides the default database URL (command line wins).
-DATABASE_URL_ENV = "ASRPT_DATABASE_URL"
-
-
-def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """``--url`` if given, else ``$ASRPT_DATABASE_URL``, else :data:`DEFAULT_DATABASE_URL`."""
-    if cli_url:
-        return cli_url
-    env = os.environ if environ is None else environ
-    return env.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+__all__ = ["DATABASE_URL_ENV", "add_db_parser", "resolve_database_url"]
 
 
 def _add_url_option(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +18,8 @@ def _add_url_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "database URL, e.g. sqlite:////var/lib/asrpt/asrpt.db or "
-            f"postgresql+psycopg://user@host/asrpt (default: ${DATABASE_URL_ENV}, "
-            f"else {DEFAULT_DATABASE_URL})"
+            f"postgresql+psycopg://user@host/asrpt (default: ${DATABASE_URL_ENV}, else [database] url "
+            f"in the daemon's configuration ($ASRPT_CONFIG or /etc/asrpt/asrpt.toml), else {DEFAULT_DATABASE_URL})"
         ),
     )
 

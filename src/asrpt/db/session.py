@@ -9,6 +9,7 @@ used when the URL says so, through psycopg 3.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,7 @@ def make_engine(
                     )
                 if not path.parent.is_dir():
                     raise DatabaseUnavailable(shown, f"directory {path.parent} does not exist")
+                _create_private_file(path, shown)
         engine = create_engine(
             parsed, echo=echo, connect_args={"timeout": busy_timeout_s}
         )
@@ -105,6 +107,23 @@ def make_engine(
         pool_pre_ping=True,
         connect_args={"connect_timeout": max(1, round(busy_timeout_s))},
     )
+
+
+#: Mode of a SQLite history asrpt creates: its owner only (submissions carry users' commands,
+#: secrets included); SQLite gives its -wal and -shm files the same mode. Users read through
+#: asrptd's socket.
+SQLITE_FILE_MODE = 0o600
+
+
+def _create_private_file(path: Path, shown: str) -> None:
+    """Create the empty database file with :data:`SQLITE_FILE_MODE` before SQLite opens it
+    (SQLite would create it with the umask's mode, 0644 as a rule)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, SQLITE_FILE_MODE))
+    except FileExistsError:
+        pass  # created meanwhile by another process: SQLite opens that one
+    except OSError as error:
+        raise DatabaseUnavailable(shown, f"cannot create {path}: {error.strerror}") from error
 
 
 def _configure_sqlite(engine: Engine, *, busy_timeout_s: float, wal: bool) -> None:

@@ -114,6 +114,18 @@ def build_daemon(config_path: str | None, *, dry_run: bool = False):
     return Daemon(config, repository=repository, dry_run=dry_run, database_guard=guard)
 
 
+def start_queue_socket(config: Any) -> Any:
+    """Every user's queue views on ``[daemon] socket_path``, from their own database engine."""
+    from asrpt.cli.queue_privacy import CachedJobPrivacy, daemon_privacy_reader
+    from asrpt.daemon.local_socket import PRIVACY_TTL_S, start_socket_server
+    from asrpt.db.repository import HistoryRepository
+
+    read = daemon_privacy_reader(config.slurm.slurm_conf, config.slurm.bin_dir, log=log,
+                                 consequence="the socket shows each user only their own jobs")
+    return start_socket_server(config.daemon.socket_path, HistoryRepository.from_url(config.database.url),
+                               job_privacy=CachedJobPrivacy(read, ttl_s=PRIVACY_TTL_S))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="asrptd", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--config", default=None, help="configuration file (default $ASRPT_CONFIG or /etc/asrpt/asrpt.toml)")
@@ -145,13 +157,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2
 
-    server = None  # bound before the first cycle: a port in use is an error at start
+    server = None  # HTTP and the socket are bound before the first cycle: a port in use is an error at start
     if daemon.config.daemon.http_bind and not args.once:
         from asrpt.daemon.http import start_http_server
 
         try:
             server = start_http_server(daemon, daemon.config.daemon.http_bind)
         except AsrptError as error:
+            print(f"asrptd: error: {error}", file=sys.stderr)
+            return 2
+
+    servers = [server] if server is not None else []
+    if daemon.config.daemon.socket_path and not args.once:
+        try:
+            servers.append(start_queue_socket(daemon.config))
+        except AsrptError as error:
+            for started in servers:
+                started.shutdown()
             print(f"asrptd: error: {error}", file=sys.stderr)
             return 2
 
@@ -162,8 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.once:
         return 0 if first is not None else 1
     if stopping.is_set():
-        if server is not None:
-            server.shutdown()
+        for started in servers:
+            started.shutdown()
         return 0
 
     interval_s = daemon.config.daemon.interval_s
@@ -173,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_loop(daemon, stopping)
     finally:
-        if server is not None:
-            server.shutdown()
+        for started in servers:
+            started.shutdown()
     if daemon.config.daemon.release_holds_on_stop:
         daemon.release_holds()
     return 0

@@ -297,3 +297,28 @@ def test_a_running_asrptd_serves_a_plain_user_over_its_socket(shared_dir) -> Non
         _, stderr = daemon.communicate(timeout=60)
     assert daemon.returncode == 0, stderr[-2000:]
     assert not (shared_dir / "asrptd.sock").exists()
+
+
+def test_asrptd_takes_other_users_read_access_away_from_an_older_history(tmp_path, caplog) -> None:
+    """A history made before asrpt created it 0600 (0644, and its -wal/-shm) is closed to other
+    users when the daemon starts, and the log says so; the owner's group keeps what it had."""
+    from asrpt.daemon.main import build_daemon
+
+    database = tmp_path / "asrpt.db"
+    url = f"sqlite:///{database}"
+    _fill(url)
+    held = HistoryRepository.from_url(url)  # keeps -wal/-shm in place
+    held.latest_forecasts()
+    for path in tmp_path.glob("asrpt.db*"):
+        path.chmod(0o644)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "asrpt.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nsocket_path = ""\n[database]\nurl = "{url}"\n'
+        f'[spool]\ndir = "{tmp_path / "spool"}"\n[[slurm.partitions]]\nname = "gpu"\naccelerator = "v100"\n'
+    )
+    with caplog.at_level("WARNING"):
+        daemon = build_daemon(str(tmp_path / "asrpt.toml"), dry_run=True)
+    daemon.repository.close()
+    held.close()
+    assert stat.S_IMODE(database.stat().st_mode) == 0o640
+    assert any(str(database) in r.getMessage() and "other users" in r.getMessage() for r in caplog.records)

@@ -94,7 +94,8 @@ def _add_url_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         default=None,
-        help=f"database URL (default: ${DATABASE_URL_ENV}, else [database] url in the daemon's configuration, else {DEFAULT_DATABASE_URL})",
+        help=(f"read this database instead of asking asrptd's socket (default: the socket; when it does not answer, "
+              f"${DATABASE_URL_ENV}, else [database] read_url, then url, in the daemon's configuration, else {DEFAULT_DATABASE_URL})"),
     )
 
 
@@ -135,6 +136,8 @@ def read_views(args: argparse.Namespace, ask: Callable[[Any], T]) -> T:
     from asrpt.db.repository import HistoryRepository
     from asrpt.exceptions import DatabaseUnavailable, MigrationRequired
 
+    if site.problem:
+        print(f"asrpt: warning: {site.problem}; using the defaults", file=sys.stderr)
     url = site_config.resolve_database_url(args.url, site=site, for_reading=True)
     uid = os.getuid()
     try:
@@ -166,8 +169,7 @@ def no_access(url: str, error: Exception, site: site_config.SiteConfig, socket_p
                "Ask the admin to start it")
     else:
         how = "no asrptd socket is configured ([daemon] socket_path); ask the admin to set one, or for read access"
-    problem = f"; {site.problem}" if site.problem else ""
-    return DatabaseUnavailable(display_url(url), f"cannot read it as {_user_name()} ({reason}); {how}{problem}")
+    return DatabaseUnavailable(display_url(url), f"cannot read it as {_user_name()} ({reason}); {how}")
 
 
 def _user_name() -> str:

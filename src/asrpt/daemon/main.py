@@ -101,6 +101,7 @@ def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.daemon.service import Daemon
     from asrpt.db.migrate import upgrade
     from asrpt.db.repository import HistoryRepository
+    from asrpt.db.session import close_to_others
 
     from asrpt.daemon.dbguard import DatabaseGuard, check_before_upgrade
 
@@ -108,6 +109,9 @@ def build_daemon(config_path: str | None, *, dry_run: bool = False):
     # Before the upgrade: it would create an empty schema where the history used to be.
     check_before_upgrade(config.database.url, config.daemon.state_dir)
     upgrade(config.database.url)
+    for path in close_to_others(config.database.url):
+        log.warning("%s was readable by other users (their jobs' commands, secrets included); it no longer is "
+                    "(asrpt queue reads through asrptd's socket)", path)
     repository = HistoryRepository.from_url(config.database.url)
     guard = DatabaseGuard(config.database.url, config.daemon.state_dir)
     guard.check_at_start(repository)

@@ -126,6 +126,25 @@ def _create_private_file(path: Path, shown: str) -> None:
         raise DatabaseUnavailable(shown, f"cannot create {path}: {error.strerror}") from error
 
 
+def close_to_others(url: str | URL) -> list[Path]:
+    """Take other users' access away from a SQLite history and its -wal/-shm (one made before
+    asrpt created it 0600); the owner's group keeps its bits. Returns the files changed; a
+    file this process may not chmod is left alone."""
+    path = sqlite_path(normalize_url(url))
+    changed: list[Path] = []
+    if path is None:
+        return changed
+    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            mode = candidate.stat().st_mode & 0o7777
+            if mode & 0o007:
+                os.chmod(candidate, mode & ~0o007)
+                changed.append(candidate)
+        except OSError:
+            continue
+    return changed
+
+
 def _configure_sqlite(engine: Engine, *, busy_timeout_s: float, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from asrpt.cli.main import main
 from asrpt.cli.queue_privacy import parse_slurm_conf
@@ -322,3 +324,26 @@ def test_asrptd_takes_other_users_read_access_away_from_an_older_history(tmp_pat
     held.close()
     assert stat.S_IMODE(database.stat().st_mode) == 0o640
     assert any(str(database) in r.getMessage() and "other users" in r.getMessage() for r in caplog.records)
+
+
+@settings(max_examples=200, deadline=None)
+@example(b"[" * 3000 + b"\n")  # json.loads: RecursionError
+@given(st.one_of(st.binary(max_size=6000), st.builds(lambda v: json.dumps(v).encode() + b"\n", st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["view", "job_id", "user", "partition", "x"]), inner, max_size=4),
+    max_leaves=10))))
+def test_any_bytes_make_a_valid_request_or_a_refusal_never_another_error(payload: bytes) -> None:
+    from asrpt.daemon.local_socket import _read_request, _Refused
+
+    server_end, client_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with server_end, client_end:
+        client_end.sendall(payload)
+        client_end.shutdown(socket.SHUT_WR)
+        try:
+            request = _read_request(server_end, timeout_s=5.0, limit=4096)
+        except _Refused as refused:
+            assert str(refused)
+            return
+    assert request["view"] in ("eta", "explain", "queue")
+    assert all(request.get(k) is None or isinstance(request[k], str) for k in ("user", "partition", "job_id"))
+    assert request["view"] == "queue" or request["job_id"]

@@ -1,7 +1,8 @@
 """Slurm's ``PrivateData=jobs`` for asrpt's queue views: who may see which jobs.
 
 With ``PrivateData=jobs`` squeue shows a user only their own jobs; ``asrpt queue``, ``eta`` and
-``explain`` follow it (root and the SlurmUser see everything), and the daemon's HTTP endpoint,
+``explain`` follow it (root and the SlurmUser see everything), whether the CLI reads the
+database or asrptd's Unix socket answers for the caller's uid, and the daemon's HTTP endpoint,
 which cannot tell who asks, serves only aggregate counts.
 
 Where the setting is read, first found wins: the slurm.conf asrpt is configured with

@@ -77,8 +77,8 @@ def _read_request(connection: socket.socket, *, timeout_s: float, limit: int) ->
         raise _Refused(f"request too long (over {limit} bytes)")
     try:
         request = json.loads(line)
-    except ValueError:
-        raise _Refused("request is not JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise _Refused("request is not JSON (or nested too deeply)") from None
     if not isinstance(request, dict) or request.get("view") not in VIEWS:
         view = request.get("view") if isinstance(request, dict) else None
         raise _Refused(f"unknown view {view!r}; valid views: {', '.join(VIEWS)}")

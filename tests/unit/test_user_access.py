@@ -347,3 +347,27 @@ def test_any_bytes_make_a_valid_request_or_a_refusal_never_another_error(payload
     assert request["view"] in ("eta", "explain", "queue")
     assert all(request.get(k) is None or isinstance(request[k], str) for k in ("user", "partition", "job_id"))
     assert request["view"] == "queue" or request["job_id"]
+
+
+def test_through_the_socket_the_cli_loads_no_database_stack(tmp_path) -> None:
+    """The socket path is the fast one: the records come as plain data, SQLAlchemy stays out."""
+    from asrpt.cli.queue_privacy import PUBLIC
+    from asrpt.daemon.local_socket import start_socket_server
+
+    url = f"sqlite:///{tmp_path / 'asrpt.db'}"
+    _fill(url)
+    (tmp_path / "asrpt.toml").write_text(f'[daemon]\nsocket_path = "{tmp_path / "s.sock"}"\n[database]\nurl = "sqlite:///{tmp_path}/absent.db"\n')
+    probe = (
+        "import io, contextlib, sys\nfrom asrpt.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['queue']) == 0 and main(['eta', '102']) == 0 and main(['explain', '102']) == 0\n"
+        "print(','.join(m for m in ('sqlalchemy', 'numpy', 'sklearn') if m in sys.modules))"
+    )
+    server = start_socket_server(str(tmp_path / "s.sock"), HistoryRepository.from_url(url), job_privacy=lambda: PUBLIC)
+    try:
+        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "ASRPT_CONFIG": str(tmp_path / "asrpt.toml")})
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""

@@ -35,7 +35,7 @@ def row_json(row: Any) -> dict[str, Any]:
 
 
 def row_from_json(value: dict[str, Any]) -> Any:
-    from asrpt.db.repository import StoredForecast
+    from asrpt.forecast_records import StoredForecast
 
     return StoredForecast(**{**value, "partitions": tuple(value.get("partitions") or ())})
 

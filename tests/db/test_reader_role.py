@@ -117,3 +117,14 @@ def test_grant_reader_on_sqlite_says_file_modes_decide(tmp_path, capsys) -> None
     assert main(["db", "upgrade", "--url", url]) == 0
     assert main(["db", "grant-reader", "anyone", "--url", url]) == 1
     assert "PostgreSQL" in capsys.readouterr().err
+
+
+def test_a_role_without_select_gets_one_line_saying_what_to_grant(history, capsys) -> None:
+    reader_url = os.environ[READER_URL_ENV]
+    role = make_url(reader_url).username
+    with history.begin() as connection:  # default privileges of an earlier grant would let it read
+        connection.execute(text(f'REVOKE SELECT ON ALL TABLES IN SCHEMA public FROM "{role}"'))
+    assert main(["queue", "--url", reader_url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "permission denied" in err and "asrpt db grant-reader" in err, err
+    assert make_url(reader_url).password not in err

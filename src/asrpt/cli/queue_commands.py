@@ -124,14 +124,14 @@ def read_views(args: argparse.Namespace, ask: Callable[[Any], T]) -> T:
     """``ask(views)`` of asrptd's socket; when nothing answers there (or ``--url`` or
     ``$ASRPT_DATABASE_URL`` names a database), of the database read directly, as the caller."""
     site = site_config.read_site_config()
-    socket_problem = "not asked: --url or $ASRPT_DATABASE_URL names the database"
+    socket_problem = None  # not asked
     if not (args.url or os.environ.get(DATABASE_URL_ENV)) and site.socket_path:
         from asrpt.cli.queue_socket import DaemonNotListening, SocketViews
 
         try:
             return ask(SocketViews(site.socket_path))
         except DaemonNotListening as error:
-            socket_problem = f"nothing answers there: {error}"
+            socket_problem = str(error)
     from asrpt.cli.queue_reader import QueueReader
     from asrpt.db.repository import HistoryRepository
     from asrpt.exceptions import DatabaseUnavailable, MigrationRequired
@@ -164,9 +164,11 @@ def no_access(url: str, error: Exception, site: site_config.SiteConfig, socket_p
             reason = "permission denied: the file is private to asrptd's user"
         elif "readonly" in reason or "unable to open" in reason:
             reason = f"SQLite needs write access to {path}-wal and {path}-shm even to read, and you have none"
-    if site.socket_path:
-        how = (f"asrptd serves every user on its socket {site.socket_path} ({socket_problem}): is asrptd running? "
-               "Ask the admin to start it")
+    if site.socket_path and socket_problem is None:
+        how = f"without --url and ${DATABASE_URL_ENV}, asrpt asks asrptd's socket {site.socket_path} instead"
+    elif site.socket_path:
+        how = (f"asrptd serves every user on its socket {site.socket_path}, but nothing answers there ({socket_problem}): "
+               "is asrptd running? Ask the admin to start it")
     else:
         how = "no asrptd socket is configured ([daemon] socket_path); ask the admin to set one, or for read access"
     return DatabaseUnavailable(display_url(url), f"cannot read it as {_user_name()} ({reason}); {how}")

@@ -166,6 +166,8 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 
+#: PostgreSQL's SQLSTATE for "permission denied": a role without the grant, the admin's to fix.
+_INSUFFICIENT_PRIVILEGE = "42501"
 _MISSING_SCHEMA_MARKERS = ("no such table", "undefinedtable", "does not exist")
 
 
@@ -173,8 +175,8 @@ _MISSING_SCHEMA_MARKERS = ("no such table", "undefinedtable", "does not exist")
 def translate_errors(engine: Engine) -> Iterator[None]:
     """Turn driver errors into :class:`DatabaseUnavailable` / :class:`MigrationRequired`.
 
-    A locked SQLite file, an unreachable server or a missing schema is something an admin
-    fixes, so it gets a message that names the database; constraint violations and the
+    A locked SQLite file, an unreachable server, a missing schema or a PostgreSQL role without
+    the privilege is something an admin fixes, so it gets a message that names the database; constraint violations and the
     like are bugs and pass through unchanged.
     """
     shown = display_url(engine.url)
@@ -188,6 +190,10 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         ):
             raise MigrationRequired(
                 shown, f"schema missing ({reason.strip()}); run `asrpt db upgrade`"
+            ) from error
+        if getattr(error.orig, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
+            raise DatabaseUnavailable(
+                shown, f"{reason.strip().splitlines()[0]} (a reader role needs `asrpt db grant-reader ROLE`)"
             ) from error
         if isinstance(error, exc.ProgrammingError):
             raise

@@ -19,6 +19,7 @@ saying why and how to get access.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -143,7 +144,7 @@ def read_views(args: argparse.Namespace, ask: Callable[[Any], T]) -> T:
     try:
         repository = HistoryRepository.from_url(url)
         try:
-            return ask(QueueReader(repository, caller_privacy(uid, site), uid))
+            return ask(QueueReader(repository, functools.cache(lambda: caller_privacy(uid, site)), uid))
         finally:
             repository.close()
     except MigrationRequired:

@@ -9,6 +9,7 @@ unknown one, and in ``explain`` the jobs ahead come without id, name, user or re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from asrpt.cli.queue_privacy import JobPrivacy, redacted
@@ -16,28 +17,31 @@ from asrpt.exceptions import UnknownJob
 
 
 class QueueReader:
-    """``uid``'s view of the stored forecasts under ``privacy``."""
+    """``uid``'s view of the stored forecasts under Slurm's setting, which ``privacy`` reads
+    once the history has answered (a caller who cannot read it is told that, not about Slurm)."""
 
-    def __init__(self, repository: Any, privacy: JobPrivacy, uid: int) -> None:
+    def __init__(self, repository: Any, privacy: Callable[[], JobPrivacy], uid: int) -> None:
         self.repository = repository
-        self.privacy = privacy
+        self._privacy = privacy
         self.uid = uid
 
     def queue(self, user: Any = None, partition: Any = None) -> list[Any]:
         """The current forecasts in scheduling order (filters as ``latest_forecasts``)."""
-        return self.privacy.visible(self.repository.latest_forecasts(user=user, partition=partition), self.uid)
+        rows = self.repository.latest_forecasts(user=user, partition=partition)
+        return self._privacy().visible(rows, self.uid)
 
     def eta(self, job_id: str) -> Any:
         """The job's latest forecast; :class:`UnknownJob` when there is none the caller may see."""
         row = self.repository.forecast_for(job_id)
-        if row is None or not self.privacy.visible([row], self.uid):
-            raise unknown_job(job_id, private=self.privacy.private_jobs)
+        privacy = self._privacy()
+        if row is None or not privacy.visible([row], self.uid):
+            raise unknown_job(job_id, private=privacy.private_jobs)
         return row
 
     def explain(self, job_id: str) -> tuple[Any, dict[str, Any]]:
         """The job's forecast and :func:`gather_explanation`'s facts."""
         row = self.eta(job_id)
-        return row, gather_explanation(self.repository, row, privacy=self.privacy, uid=self.uid)
+        return row, gather_explanation(self.repository, row, privacy=self._privacy(), uid=self.uid)
 
 
 def unknown_job(job_id: str, *, private: bool = False) -> UnknownJob:

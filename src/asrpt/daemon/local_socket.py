@@ -153,7 +153,7 @@ class QueueSocketServer(socketserver.ThreadingUnixStreamServer):
     def answer(self, request: dict[str, Any], uid: int) -> dict[str, Any]:
         """The view ``request`` names, as ``uid`` may see it."""
         try:
-            reader = QueueReader(self.repository, self.privacy(), uid)
+            reader = QueueReader(self.repository, self.privacy, uid)
             if request["view"] == "queue":
                 return {"rows": [row_json(r) for r in reader.queue(user=request.get("user"), partition=request.get("partition"))]}
             if request["view"] == "eta":

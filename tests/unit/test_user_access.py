@@ -371,3 +371,23 @@ def test_through_the_socket_the_cli_loads_no_database_stack(tmp_path) -> None:
         server.shutdown()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_the_cli_reads_its_few_keys_once_with_the_daemons_overrides(tmp_path) -> None:
+    from asrpt.cli.site_config import read_site_config, resolve_database_url
+
+    config = tmp_path / "asrpt.toml"
+    config.write_text('[daemon]\nsocket_path = "/s.sock"\n[database]\nurl = "sqlite:////w.db"\nread_url = "sqlite:////r.db"\n'
+                      '[slurm]\nslurm_conf = "/etc/slurm.conf"\nnot_a_key = 1\n')
+    env = {"ASRPT_CONFIG": str(config)}
+    site = read_site_config(env)
+    assert (site.socket_path, site.database_url, site.read_url, site.slurm_conf, site.bin_dir, site.problem) == (
+        "/s.sock", "sqlite:////w.db", "sqlite:////r.db", "/etc/slurm.conf", None, None)
+    assert read_site_config({**env, "ASRPT_DAEMON_SOCKET_PATH": ""}).socket_path == ""  # no socket
+    assert resolve_database_url(None, env, for_reading=True) == "sqlite:////r.db"
+    assert resolve_database_url(None, env) == "sqlite:////w.db"  # db upgrade/prune: the writer's
+    assert resolve_database_url(None, {**env, "ASRPT_DATABASE_URL": "sqlite:////e.db"}, for_reading=True) == "sqlite:////e.db"
+    assert resolve_database_url("sqlite:////cli.db", env) == "sqlite:////cli.db"
+    config.write_text("not toml [")
+    site = read_site_config(env)
+    assert site.socket_path == "/run/asrpt/asrptd.sock" and site.database_url is None and str(config) in site.problem

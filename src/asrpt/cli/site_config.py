@@ -60,18 +60,14 @@ def read_site_config(environ: Mapping[str, str] | None = None) -> SiteConfig:
         problem = f"cannot read {path}: {error.strerror}"
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         problem = f"cannot read {path}: {error}"
-    values: dict[str, str | None] = {}
+    values: dict[str, str] = {}
     for (section, key), attribute in _KEYS.items():
         table = document.get(section)
-        value = table.get(key) if isinstance(table, dict) else None
-        override = env.get(f"ASRPT_{section.upper()}_{key.upper()}")
-        value = override if override is not None else value
+        value = env.get(f"ASRPT_{section.upper()}_{key.upper()}", table.get(key) if isinstance(table, dict) else None)
         if isinstance(value, str):
             values[attribute] = value
-    socket_path = values.pop("socket_path", None)
-    optional = {name: (value or None) for name, value in values.items()}
-    return SiteConfig(path=path, problem=problem, socket_path=DEFAULT_SOCKET_PATH if socket_path is None else socket_path,
-                      **optional)
+    socket_path = values.pop("socket_path", DEFAULT_SOCKET_PATH)  # "" stays "": no socket
+    return SiteConfig(path=path, problem=problem, socket_path=socket_path, **{k: v or None for k, v in values.items()})
 
 
 def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None = None, *, site: SiteConfig | None = None,

@@ -161,25 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2
 
-    server = None  # HTTP and the socket are bound before the first cycle: a port in use is an error at start
-    if daemon.config.daemon.http_bind and not args.once:
-        from asrpt.daemon.http import start_http_server
+    # The HTTP endpoint and the socket are bound before the first cycle: one in use is an error at start.
+    servers: list[Any] = []
+    try:
+        if daemon.config.daemon.http_bind and not args.once:
+            from asrpt.daemon.http import start_http_server
 
-        try:
-            server = start_http_server(daemon, daemon.config.daemon.http_bind)
-        except AsrptError as error:
-            print(f"asrptd: error: {error}", file=sys.stderr)
-            return 2
-
-    servers = [server] if server is not None else []
-    if daemon.config.daemon.socket_path and not args.once:
-        try:
+            servers.append(start_http_server(daemon, daemon.config.daemon.http_bind))
+        if daemon.config.daemon.socket_path and not args.once:
             servers.append(start_queue_socket(daemon.config))
-        except AsrptError as error:
-            for started in servers:
-                started.shutdown()
-            print(f"asrptd: error: {error}", file=sys.stderr)
-            return 2
+    except AsrptError as error:
+        for started in servers:
+            started.shutdown()
+        print(f"asrptd: error: {error}", file=sys.stderr)
+        return 2
 
     guarded("finished-job sync", daemon.sync_finished)
     guarded("retraining", daemon.retrain)

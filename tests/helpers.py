@@ -53,3 +53,23 @@ class WrappedPolicy:
 
     def decide(self, snapshot, now_s, state):
         return self.inner.decide(snapshot, now_s, state)
+
+
+def run_as_nobody(argv, *, cwd, env, timeout_s: float = 60.0):
+    """Run ``argv`` as the unprivileged user nobody (no groups): a second user on this host.
+    Needs root and util-linux's setpriv (callers skip otherwise)."""
+    import pwd
+    import subprocess
+
+    nobody = pwd.getpwnam("nobody")
+    return subprocess.run(
+        ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", *argv],
+        capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env,
+    )
+
+
+def can_run_as_nobody() -> bool:
+    import os
+    import shutil
+
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None

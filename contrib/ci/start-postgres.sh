@@ -8,7 +8,8 @@
 # Needs Debian's postgresql package (`apt-get install -y postgresql`) and root; installs
 # nothing. The cluster lives in DATA_DIR (created, owned by the postgres user), listens on
 # 127.0.0.1:${ASRPT_PG_PORT:-5433} only (no Unix socket), and has database asrpt_test owned
-# by role asrpt with a random password kept in DATA_DIR. Running it again on a running
+# by role asrpt with a random password kept in DATA_DIR, and a login role asrpt_reader with no
+# privileges (ASRPT_TEST_POSTGRES_READER_URL; the tests grant it SELECT). Running it again on a running
 # cluster just prints the URL. Diagnostics go to stderr; stdout is only the export line.
 set -euo pipefail
 
@@ -21,6 +22,7 @@ port=${ASRPT_PG_PORT:-5433}
 host=127.0.0.1
 database=asrpt_test
 role=asrpt
+reader=asrpt_reader
 
 [[ $(id -u) -eq 0 ]] || die "run as root (initdb and pg_ctl are run as the postgres user)"
 id postgres >/dev/null 2>&1 || die "no postgres user: apt-get install -y postgresql"
@@ -55,8 +57,13 @@ if [[ ! -s $password_file ]]; then
     (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$password_file")
     chown postgres:postgres "$password_file" "$password_file.super"
 fi
+if [[ ! -s $password_file.reader ]]; then
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$password_file.reader")
+    chown postgres:postgres "$password_file.reader"
+fi
 super_password=$(cat "$password_file.super")
 role_password=$(cat "$password_file")
+reader_password=$(cat "$password_file.reader")
 
 if [[ ! -f $pgdata/PG_VERSION ]]; then
     echo "start-postgres: initialising a cluster in $pgdata" >&2
@@ -87,5 +94,10 @@ fi
 if [[ $(psql_super -tA -c "SELECT 1 FROM pg_database WHERE datname = '$database'") != 1 ]]; then
     psql_super -c "CREATE DATABASE $database OWNER $role"
 fi
+# A login role with no privileges of its own: the tests give it SELECT with `asrpt db grant-reader`.
+if [[ $(psql_super -tA -c "SELECT 1 FROM pg_roles WHERE rolname = '$reader'") != 1 ]]; then
+    psql_super -c "CREATE ROLE $reader LOGIN PASSWORD '$reader_password'"
+fi
 
 echo "export ASRPT_TEST_POSTGRES_URL=postgresql+psycopg://$role:$role_password@$host:$port/$database"
+echo "export ASRPT_TEST_POSTGRES_READER_URL=postgresql+psycopg://$reader:$reader_password@$host:$port/$database"

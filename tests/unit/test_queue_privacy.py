@@ -17,6 +17,7 @@ import pytest
 from asrpt.cli.queue_privacy import counts, parse_show_config, parse_slurm_conf, read_job_privacy, redacted
 from asrpt.db.migrate import upgrade
 from asrpt.db.repository import ForecastRecord, HistoryRepository
+from tests.helpers import can_run_as_nobody, run_as_nobody
 
 NOW_S = 1_750_000_000.0
 NOBODY = pwd.getpwnam("nobody")
@@ -76,7 +77,7 @@ def shared_dir():
     shutil.rmtree(path)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="runs asrpt as nobody: needs root and setpriv")
+@pytest.mark.skipif(not can_run_as_nobody(), reason="runs asrpt as nobody: needs root and setpriv")
 @pytest.mark.parametrize("private", [True, False])
 def test_asrpt_as_another_user_sees_only_their_jobs_under_private_data(shared_dir, private) -> None:
     url = f"sqlite:///{shared_dir / 'asrpt.db'}"
@@ -95,10 +96,8 @@ def test_asrpt_as_another_user_sees_only_their_jobs_under_private_data(shared_di
         path.chmod(0o666)
 
     def asrpt(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups",
-             sys.executable, "-m", "asrpt.cli.main", *argv, "--url", url],
-            capture_output=True, text=True, timeout=60, cwd=shared_dir,
+        return run_as_nobody(
+            [sys.executable, "-m", "asrpt.cli.main", *argv, "--url", url], cwd=shared_dir,
             env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path), "ASRPT_CONFIG": str(shared_dir / "asrpt.toml"),
                  "HOME": str(shared_dir)},
         )

@@ -456,6 +456,8 @@ cat > "$DIR/asrpt.toml" <<EOF
 interval_s = 10.0
 policy = "asrpt"
 state_dir = "$DIR"
+# Users' asrpt queue/eta/explain ask the daemon here (default /run/asrpt/asrptd.sock).
+socket_path = "$DIR/asrptd.sock"
 
 [database]
 url = "sqlite:///$DIR/asrpt.db"

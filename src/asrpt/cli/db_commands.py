@@ -1,25 +1,16 @@
-"""`asrpt db upgrade` and `asrpt db prune`: schema migrations and retention of the history."""
+"""`asrpt db upgrade`, `asrpt db prune` and `asrpt db grant-reader`: schema migrations, retention
+of the history, and a read-only PostgreSQL role for users' reads."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Mapping
 
-from asrpt.paths import DEFAULT_DATABASE_URL
+from asrpt.cli.site_config import DATABASE_URL_ENV, resolve_database_url
 from asrpt.exceptions import AsrptError
+from asrpt.paths import DEFAULT_DATABASE_URL
 
-#: Environment variable that overrides the default database URL (command line wins).
-DATABASE_URL_ENV = "ASRPT_DATABASE_URL"
-
-
-def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """``--url`` if given, else ``$ASRPT_DATABASE_URL``, else :data:`DEFAULT_DATABASE_URL`."""
-    if cli_url:
-        return cli_url
-    env = os.environ if environ is None else environ
-    return env.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+__all__ = ["DATABASE_URL_ENV", "add_db_parser", "resolve_database_url"]
 
 
 def _add_url_option(parser: argparse.ArgumentParser) -> None:
@@ -28,14 +19,14 @@ def _add_url_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "database URL, e.g. sqlite:////var/lib/asrpt/asrpt.db or "
-            f"postgresql+psycopg://user@host/asrpt (default: ${DATABASE_URL_ENV}, "
-            f"else {DEFAULT_DATABASE_URL})"
+            f"postgresql+psycopg://user@host/asrpt (default: ${DATABASE_URL_ENV}, else [database] url "
+            f"in the daemon's configuration ($ASRPT_CONFIG or /etc/asrpt/asrpt.toml), else {DEFAULT_DATABASE_URL})"
         ),
     )
 
 
 def add_db_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """Register ``db upgrade`` and ``db prune`` under ``subparsers``; returns the ``db`` parser."""
+    """Register ``db upgrade``, ``db prune`` and ``db grant-reader``; returns the ``db`` parser."""
     db = subparsers.add_parser("db", help="manage the job-history database")
     commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
 
@@ -60,6 +51,20 @@ def add_db_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )
     _add_url_option(prune)
     prune.set_defaults(func=run_db_prune)
+
+    reader = commands.add_parser(
+        "grant-reader",
+        help="let a PostgreSQL role read the history, and nothing else (for [database] read_url)",
+        description=(
+            "Grant ROLE SELECT on asrpt's tables, now and after later upgrades, and take back every other "
+            "table privilege, so that a URL users can read ([database] read_url) cannot change the "
+            "scheduler's database. Run as the database's owner; the role must exist (CREATE ROLE needs "
+            "a superuser or CREATEROLE). PostgreSQL only."
+        ),
+    )
+    reader.add_argument("role", metavar="ROLE", help="an existing PostgreSQL role")
+    _add_url_option(reader)
+    reader.set_defaults(func=run_db_grant_reader)
     return db
 
 
@@ -106,4 +111,18 @@ def run_db_prune(args: argparse.Namespace) -> int:
         f"{result.outcomes} outcomes, {result.predictions} predictions, "
         f"{result.forecasts} forecasts older than {args.older_than_days:g} days"
     )
+    return 0
+
+
+def run_db_grant_reader(args: argparse.Namespace) -> int:
+    from asrpt.db.roles import grant_reader
+    from asrpt.db.session import display_url
+
+    url = resolve_database_url(args.url)
+    try:
+        schema = grant_reader(url, args.role)
+    except AsrptError as error:
+        print(f"asrpt db grant-reader: {error}", file=sys.stderr)
+        return 1
+    print(f"{display_url(url)}: role {args.role} may SELECT from the tables of schema {schema} (and later ones), nothing else")
     return 0

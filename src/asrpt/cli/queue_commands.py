@@ -1,36 +1,39 @@
 """``asrpt queue``, ``asrpt eta`` and ``asrpt explain``: when will my job start and finish, and why.
 
-They read the forecasts the daemon stores every cycle and nothing else (no model is loaded,
+They show the forecasts the daemon stores every cycle and nothing else (no model is loaded,
 the queue is not asked of Slurm, neither numpy nor scikit-learn is imported), so they answer
 at once on a login node. With Slurm's ``PrivateData=jobs`` a caller other than root and the
-SlurmUser sees only their own jobs, as with squeue (:mod:`asrpt.cli.queue_privacy` reads
-slurm.conf, else ``scontrol show config``; not for root). Text output shows control characters
-in job names (and every other value) as escapes (``\\x1b``); ``--json`` keeps the raw strings.
+SlurmUser sees only their own jobs, as with squeue (:mod:`asrpt.cli.queue_reader`). Text
+output shows control characters in job names (and every other value) as escapes (``\\x1b``);
+``--json`` keeps the raw strings.
 
-The database is ``--url``, else ``$ASRPT_DATABASE_URL``, else the
-``[database] url`` of the daemon's configuration file (``$ASRPT_CONFIG`` or
-/etc/asrpt/asrpt.toml, read directly: only that key and ``[slurm] slurm_conf/bin_dir`` are
-looked at, so an unrelated mistake in the file cannot break a user's command), else the
-default.
+Where they come from: asrptd's Unix socket (``[daemon] socket_path``, default
+/run/asrpt/asrptd.sock), which knows the caller's uid and needs no database access; when
+nothing answers there, or ``--url``/``$ASRPT_DATABASE_URL`` names a database, the database
+itself, read as the caller: ``--url``, else ``$ASRPT_DATABASE_URL``, else ``[database]
+read_url`` (a read-only role), then ``url``, of the daemon's configuration file (read by
+:mod:`asrpt.cli.site_config`), else the default. A caller who cannot read it gets one line
+saying why and how to get access.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from asrpt.paths import DEFAULT_CONFIG_PATH, DEFAULT_DATABASE_URL
+from asrpt.cli import site_config
+from asrpt.cli.site_config import CONFIG_ENV, DATABASE_URL_ENV
+from asrpt.paths import DEFAULT_DATABASE_URL
 
-log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-DATABASE_URL_ENV = "ASRPT_DATABASE_URL"
-CONFIG_ENV = "ASRPT_CONFIG"
+__all__ = ["CONFIG_ENV", "DATABASE_URL_ENV", "add_queue_parsers", "resolve_database_url"]
 #: Forecasts older than this get a warning: the daemon may have stopped.
 STALE_AFTER_S = 600.0
 
@@ -92,75 +95,90 @@ def _add_url_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         default=None,
-        help=f"database URL (default: ${DATABASE_URL_ENV}, else [database] url in the daemon's configuration, else {DEFAULT_DATABASE_URL})",
+        help=(f"read this database instead of asking asrptd's socket (default: the socket; when it does not answer, "
+              f"${DATABASE_URL_ENV}, else [database] read_url, then url, in the daemon's configuration, else {DEFAULT_DATABASE_URL})"),
     )
 
 
-# -- where the database is ------------------------------------------------------------------------
-
-
-def config_value(path: str, section: str, key: str) -> str | None:
-    """``[section] key`` of the daemon's configuration file, or None (missing, unreadable)."""
-    import tomllib
-
-    try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        log.warning("cannot read %s (%s); using the defaults", path, error)
-        return None
-    table = document.get(section)
-    value = table.get(key) if isinstance(table, dict) else None
-    return value if isinstance(value, str) and value else None
-
-
-def config_database_url(path: str) -> str | None:
-    """``[database] url`` of the daemon's configuration file, or None (missing, unreadable)."""
-    return config_value(path, "database", "url")
+# -- where the forecasts come from -----------------------------------------------------------------
 
 
 def resolve_database_url(cli_url: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """``--url``, else ``$ASRPT_DATABASE_URL``, else the configuration's, else the default."""
-    if cli_url:
-        return cli_url
-    env = os.environ if environ is None else environ
-    if env.get(DATABASE_URL_ENV):
-        return env[DATABASE_URL_ENV]
-    return config_database_url(env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH) or DEFAULT_DATABASE_URL
+    """``--url``, else ``$ASRPT_DATABASE_URL``, else ``[database] read_url``, then ``url``, of
+    the configuration, else the default."""
+    return site_config.resolve_database_url(cli_url, environ, for_reading=True)
 
 
-def caller_privacy(uid: int, environ: Mapping[str, str] | None = None) -> Any:
+def caller_privacy(uid: int, site: site_config.SiteConfig) -> Any:
     """What ``uid`` may see under Slurm's PrivateData (root: everything, without asking)."""
     from asrpt.cli.queue_privacy import PUBLIC, read_job_privacy
 
     if uid == 0:
         return PUBLIC
-    env = os.environ if environ is None else environ
-    path = env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
-    privacy, warning = read_job_privacy(
-        slurm_conf=config_value(path, "slurm", "slurm_conf"), bin_dir=config_value(path, "slurm", "bin_dir"), environ=env
-    )
+    privacy, warning = read_job_privacy(slurm_conf=site.slurm_conf, bin_dir=site.bin_dir)
     if warning:
         print(f"asrpt: warning: {warning}", file=sys.stderr)
     return privacy
 
 
-def _visible_row(row: Any, privacy: Any, uid: int, job_id: str) -> Any:
-    """``row`` if the caller may see it; else the same error as for an unknown job."""
-    if row is None or not privacy.visible([row], uid):
-        error = _unknown(job_id)
-        if privacy.private_jobs:
-            error.args = (f"{error} (Slurm's PrivateData=jobs: you see only your own jobs)",)
-        raise error
-    return row
+def read_views(args: argparse.Namespace, ask: Callable[[Any], T]) -> T:
+    """``ask(views)`` of asrptd's socket; when nothing answers there (or ``--url`` or
+    ``$ASRPT_DATABASE_URL`` names a database), of the database read directly, as the caller."""
+    site = site_config.read_site_config()
+    socket_problem = None  # not asked
+    if not (args.url or os.environ.get(DATABASE_URL_ENV)) and site.socket_path:
+        from asrpt.cli.queue_socket import DaemonNotListening, SocketViews
 
-
-def _open(args: argparse.Namespace) -> Any:
+        try:
+            return ask(SocketViews(site.socket_path))
+        except DaemonNotListening as error:
+            socket_problem = str(error)
+    from asrpt.cli.queue_reader import QueueReader
     from asrpt.db.repository import HistoryRepository
+    from asrpt.exceptions import DatabaseUnavailable, MigrationRequired
 
-    return HistoryRepository.from_url(resolve_database_url(args.url))
+    if site.problem:
+        print(f"asrpt: warning: {site.problem}; using the defaults", file=sys.stderr)
+    url = site_config.resolve_database_url(args.url, site=site, for_reading=True)
+    uid = os.getuid()
+    try:
+        repository = HistoryRepository.from_url(url)
+        try:
+            return ask(QueueReader(repository, functools.cache(lambda: caller_privacy(uid, site)), uid))
+        finally:
+            repository.close()
+    except MigrationRequired:
+        raise
+    except DatabaseUnavailable as error:
+        raise no_access(url, error, site, socket_problem) from None
+
+
+def no_access(url: str, error: Exception, site: site_config.SiteConfig, socket_problem: str | None) -> Exception:
+    """The one line for a caller who cannot read the history: why, and how to get access."""
+    from asrpt.db.session import display_url, normalize_url, sqlite_path
+    from asrpt.exceptions import DatabaseUnavailable
+
+    reason = getattr(error, "reason", None) or str(error)
+    path = sqlite_path(normalize_url(url))
+    if path is not None and path.exists():
+        if not os.access(path, os.R_OK):
+            reason = "permission denied: the file is private to asrptd's user"
+        elif "readonly" in reason or "unable to open" in reason:
+            reason = f"SQLite needs write access to {path}-wal and {path}-shm even to read, and you have none"
+    if site.socket_path and socket_problem is None:
+        how = f"without --url and ${DATABASE_URL_ENV}, asrpt asks asrptd's socket {site.socket_path} instead"
+    elif site.socket_path:
+        how = (f"asrptd serves every user on its socket {site.socket_path}, but nothing answers there ({socket_problem}): "
+               "is asrptd running? Ask the admin to start it")
+    else:
+        how = "no asrptd socket is configured ([daemon] socket_path); ask the admin to set one, or for read access"
+    return DatabaseUnavailable(display_url(url), f"cannot read it as {_user_name()} ({reason}); {how}")
+
+
+def _user_name() -> str:
+    from asrpt.cli.queue_privacy import user_name
+
+    return user_name(os.getuid()) or f"uid {os.getuid()}"
 
 
 def _warn_if_stale(made_at_s: float | None, now_s: float) -> None:
@@ -172,15 +190,6 @@ def _warn_if_stale(made_at_s: float | None, now_s: float) -> None:
             "is asrptd running?",
             file=sys.stderr,
         )
-
-
-def _unknown(job_id: str) -> Exception:
-    from asrpt.exceptions import UnknownJob
-
-    return UnknownJob(
-        f"job {job_id} has no forecast: it is not an accelerator job asrptd schedules, or the daemon "
-        "has not run a cycle since it was submitted"
-    )
 
 
 # -- asrpt queue ------------------------------------------------------------------------------------
@@ -200,13 +209,7 @@ def run_queue(args: argparse.Namespace) -> int:
         import getpass
 
         user = getpass.getuser()
-    repository = _open(args)
-    try:
-        rows = repository.latest_forecasts(user=user, partition=args.partition)
-    finally:
-        repository.close()
-    uid = os.getuid()
-    rows = caller_privacy(uid).visible(rows, uid)
+    rows = read_views(args, lambda views: views.queue(user=user, partition=args.partition))
     now_s = time.time()
     made_at_s = max((r.made_at_s for r in rows), default=None)
     if args.json:
@@ -225,13 +228,7 @@ def run_queue(args: argparse.Namespace) -> int:
 def run_eta(args: argparse.Namespace) -> int:
     from asrpt.cli import queue_view
 
-    repository = _open(args)
-    try:
-        row = repository.forecast_for(args.job_id)
-    finally:
-        repository.close()
-    uid = os.getuid()
-    row = _visible_row(row, caller_privacy(uid), uid, args.job_id)
+    row = read_views(args, lambda views: views.eta(args.job_id))
     now_s = time.time()
     if args.json:
         print(json.dumps(queue_view.job_json(row), indent=2))
@@ -295,14 +292,7 @@ def eta_lines(row: Any, now_s: float) -> list[str]:
 def run_explain(args: argparse.Namespace) -> int:
     from asrpt.cli.queue_view import printable
 
-    uid = os.getuid()
-    privacy = caller_privacy(uid)
-    repository = _open(args)
-    try:
-        row = _visible_row(repository.forecast_for(args.job_id), privacy, uid, args.job_id)
-        facts = gather_explanation(repository, row, privacy=privacy, uid=uid)
-    finally:
-        repository.close()
+    row, facts = read_views(args, lambda views: views.explain(args.job_id))
     now_s = time.time()
     if args.json:
         print(json.dumps(facts, indent=2))
@@ -316,59 +306,6 @@ def run_explain(args: argparse.Namespace) -> int:
 
 #: How many jobs ahead ``explain`` names.
 AHEAD_SHOWN = 5
-
-
-def gather_explanation(repository: Any, row: Any, *, privacy: Any = None, uid: int = 0) -> dict[str, Any]:
-    """Everything ``asrpt explain`` says about a job, as plain data (its ``--json``); under
-    ``privacy``'s PrivateData=jobs, other users' jobs come without id, name, user or reason."""
-    from asrpt.cli.queue_privacy import redacted
-    from asrpt.cli.queue_view import job_json
-
-    def shown(other: Any) -> dict[str, Any]:
-        if privacy is None or privacy.visible([other], uid):
-            return job_json(other)
-        return redacted(job_json(other))
-
-    facts: dict[str, Any] = {"job": job_json(row)}
-    submission = repository.get_submission(row.slurm_job_id)
-    predictions = repository.predictions_of(row.slurm_job_id)
-    group = (submission.recurrence_group or submission.script_hash) if submission else None
-    first_made_s = predictions[0].made_at_s if predictions else None
-    history: dict[str, Any] = {
-        "group": group,
-        "iterations_hint": submission.iterations_hint if submission else None,
-        "predictions": [
-            {"predicted_iterations": p.predicted_iterations, "model_version": p.model_version, "made_at_s": p.made_at_s}
-            for p in predictions
-        ],
-    }
-    if group:
-        runs = repository.finished_runs(group=group, ended_before_s=first_made_s)
-        history["group_runs"] = {"count": runs.count, "median_iterations": runs.median_iterations, "median_run_time_s": runs.median_run_time_s}
-    if row.user:
-        runs = repository.finished_runs(user=row.user, ended_before_s=first_made_s)
-        history["user_runs"] = {"count": runs.count, "median_iterations": runs.median_iterations, "median_run_time_s": runs.median_run_time_s}
-    facts["history"] = history
-
-    ahead: list[dict[str, Any]] = []
-    running_here: list[dict[str, Any]] = []
-    if row.current:
-        queue = repository.latest_forecasts()
-        if not row.running and row.position is not None:
-            ahead = [
-                shown(other)
-                for other in queue
-                if not other.running and other.position is not None and other.position < row.position
-            ]
-        mine = {row.partition} if row.partition else set(row.partitions)
-        running_here = [
-            shown(other)
-            for other in queue
-            if other.running and other.slurm_job_id != row.slurm_job_id and (not mine or other.partition in mine)
-        ]
-    facts["ahead"] = ahead
-    facts["running_on_its_partitions"] = running_here
-    return facts
 
 
 def _iterations_text(value: float | None) -> str:

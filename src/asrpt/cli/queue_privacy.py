@@ -1,12 +1,14 @@
 """Slurm's ``PrivateData=jobs`` for asrpt's queue views: who may see which jobs.
 
 With ``PrivateData=jobs`` squeue shows a user only their own jobs; ``asrpt queue``, ``eta`` and
-``explain`` follow it (root and the SlurmUser see everything), and the daemon's HTTP endpoint,
+``explain`` follow it (root and the SlurmUser see everything), whether the CLI reads the
+database or asrptd's Unix socket answers for the caller's uid, and the daemon's HTTP endpoint,
 which cannot tell who asks, serves only aggregate counts.
 
 Where the setting is read, first found wins: the slurm.conf asrpt is configured with
 (``[slurm] slurm_conf``), ``$SLURM_CONF``, /etc/slurm/slurm.conf, then ``scontrol show config``
-(configless clusters). When none answers, jobs count as private (fail closed). Not read:
+(configless clusters, run through :class:`asrpt.slurm.runner.SlurmRunner`). When none
+answers, jobs count as private (fail closed). Not read:
 ``Include`` files of slurm.conf, and Slurm's AdminLevel operators/admins from accounting.
 Standard library only: this is on the CLI's start-up path.
 """
@@ -16,8 +18,9 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import subprocess
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -109,6 +112,9 @@ def read_job_privacy(
     timeout_s: float = SCONTROL_TIMEOUT_S,
 ) -> tuple[JobPrivacy, str | None]:
     """(the cluster's setting, a warning or None); private when it cannot be read."""
+    from asrpt.slurm.commands import show_config
+    from asrpt.slurm.runner import SlurmRunner
+
     env = os.environ if environ is None else environ
     problems: list[str] = []
     for path in (slurm_conf, env.get("SLURM_CONF"), DEFAULT_SLURM_CONF):
@@ -121,22 +127,53 @@ def read_job_privacy(
             continue
         except OSError as error:
             problems.append(f"{path}: {error.strerror}")
-    scontrol = os.path.join(bin_dir, "scontrol") if bin_dir else "scontrol"
-    command_env = {**env, "SLURM_CONF": slurm_conf} if slurm_conf else dict(env)
+    runner = SlurmRunner(slurm_conf=slurm_conf, bin_dir=bin_dir, timeout_s=timeout_s, retries=0,
+                         env=None if environ is None else environ)
+    result = runner.run(show_config())
     try:
-        completed = subprocess.run(
-            [scontrol, "show", "config"], capture_output=True, text=True, timeout=timeout_s, env=command_env, check=False
-        )
-        if completed.returncode != 0:
-            raise OSError(0, (completed.stderr.strip().splitlines() or [f"exit {completed.returncode}"])[-1])
-        return parse_show_config(completed.stdout), None
-    except (OSError, subprocess.SubprocessError, ValueError) as error:
-        problems.append(f"scontrol show config: {getattr(error, 'strerror', None) or error}")
+        if not result.ok:
+            raise ValueError(result.evidence())
+        return parse_show_config(result.stdout), None
+    except ValueError as error:
+        problems.append(f"scontrol show config: {error}")
     private = JobPrivacy(private_jobs=True, admin_uids=frozenset({0}), source="<unknown>")
     return private, (
         "cannot tell whether Slurm's PrivateData hides other users' jobs (" + "; ".join(problems or ["no slurm.conf"])
         + "); showing only your own jobs"
     )
+
+
+def daemon_privacy_reader(slurm_conf: str | None, bin_dir: str | None, *, consequence: str,
+                          log: Any) -> Callable[[], JobPrivacy]:
+    """Slurm's setting as one of the daemon's endpoints reads it: when it cannot be read, a
+    warning in the daemon's log saying ``consequence`` (jobs count as private)."""
+
+    def read() -> JobPrivacy:
+        privacy, warning = read_job_privacy(slurm_conf=slurm_conf, bin_dir=bin_dir)
+        if warning:
+            log.warning("%s; %s", warning.replace("showing only your own jobs", "jobs count as private"), consequence)
+        return privacy
+
+    return read
+
+
+class CachedJobPrivacy:
+    """Slurm's setting read at most once per ``ttl_s`` (the daemon's endpoints ask per request)."""
+
+    def __init__(self, read: Callable[[], JobPrivacy], *, ttl_s: float = 60.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._read = read
+        self._ttl_s = ttl_s
+        self._monotonic = monotonic
+        self._cached: tuple[float, JobPrivacy] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> JobPrivacy:
+        with self._lock:
+            now_s = self._monotonic()
+            if self._cached is None or now_s - self._cached[0] >= self._ttl_s:
+                self._cached = (now_s, self._read())
+            return self._cached[1]
 
 
 def redacted(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,9 @@ class DaemonSection:
     state_dir: str = paths.DEFAULT_STATE_DIR
     #: Longest back-off after consecutive failed cycles, seconds.
     max_backoff_s: float = 300.0
+    #: asrptd's Unix socket, serving ``asrpt queue/eta/explain`` to every user with Slurm's
+    #: PrivateData applied for the caller's uid (SO_PEERCRED); an absolute path, or "" for none.
+    socket_path: str = paths.DEFAULT_SOCKET_PATH
     #: On stop (SIGTERM), release the holds asrpt placed, so no job waits for a daemon that
     #: is gone; off for sites that restart often and prefer the holds to survive restarts.
     release_holds_on_stop: bool = True
@@ -64,7 +67,11 @@ class DaemonSection:
 
 @dataclass(frozen=True, slots=True)
 class DatabaseSection:
+    #: The daemon's database; it writes there (keep a password out of a file users read).
     url: str = paths.DEFAULT_DATABASE_URL
+    #: What ``asrpt queue/eta/explain`` use when they read the database themselves (asrptd's
+    #: socket not answering): a read-only role (``asrpt db grant-reader``); "" = ``url``.
+    read_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +275,9 @@ def _check(config: DaemonConfig) -> None:
     if scheduler.preempt_ratio < 1:
         raise ConfigError(f"{source}: [scheduler] preempt_ratio = {scheduler.preempt_ratio} must be >= 1: a waiting job "
                           "may displace a running one only if it has at most 1/ratio of its remaining work")  # fmt: skip
+    if daemon.socket_path and not os.path.isabs(daemon.socket_path):
+        raise ConfigError(f"{source}: [daemon] socket_path = {daemon.socket_path!r} is not valid: an absolute path "
+                          f"(default {paths.DEFAULT_SOCKET_PATH}), or \"\" for no socket")  # fmt: skip
     conf = config.slurm.slurm_conf
     if conf and not os.path.isfile(conf):
         raise ConfigError(f"{source}: [slurm] slurm_conf = {conf!r} is not a file; give slurm.conf's path, or leave "

@@ -49,7 +49,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from asrpt import __version__
-from asrpt.cli.queue_privacy import JobPrivacy, counts, read_job_privacy
+from asrpt.cli.queue_privacy import CachedJobPrivacy, JobPrivacy, counts, daemon_privacy_reader
 from asrpt.cli.queue_view import job_json, queue_json
 from asrpt.exceptions import AsrptError, ConfigError
 
@@ -364,9 +364,8 @@ class AsrptHTTPServer(ThreadingHTTPServer):
         )
         self._accuracy: tuple[float, Any] | None = None
         self._accuracy_lock = threading.Lock()
-        self._read_privacy = job_privacy or self._slurm_privacy
-        self._privacy: tuple[float, JobPrivacy] | None = None
-        self._privacy_lock = threading.Lock()
+        #: Slurm's PrivateData setting, read at most once a minute.
+        self.privacy = CachedJobPrivacy(job_privacy or self._slurm_privacy, ttl_s=PRIVACY_TTL_S)
         super().__init__(address, _Handler)
 
     def shutdown(self) -> None:
@@ -433,18 +432,7 @@ class AsrptHTTPServer(ThreadingHTTPServer):
     # -- what the routes serve ------------------------------------------------------------------
     def _slurm_privacy(self) -> JobPrivacy:
         slurm = self.asrpt.config.slurm
-        privacy, warning = read_job_privacy(slurm_conf=slurm.slurm_conf, bin_dir=slurm.bin_dir)
-        if warning:
-            log.warning("http: %s; /queue serves counts only", warning.replace("showing only your own jobs", "jobs count as private"))
-        return privacy
-
-    def privacy(self) -> JobPrivacy:
-        """Slurm's PrivateData setting, read at most once a minute."""
-        with self._privacy_lock:
-            now = time.monotonic()
-            if self._privacy is None or now - self._privacy[0] >= PRIVACY_TTL_S:
-                self._privacy = (now, self._read_privacy())
-            return self._privacy[1]
+        return daemon_privacy_reader(slurm.slurm_conf, slurm.bin_dir, consequence="/queue serves counts only", log=log)()
 
     def queue(self, query: dict[str, list[str]]) -> dict[str, Any]:
         stats = self.asrpt.stats

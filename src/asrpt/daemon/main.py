@@ -112,6 +112,7 @@ def build_daemon(config_path: str | None, *, dry_run: bool = False):
     from asrpt.daemon.service import Daemon
     from asrpt.db.migrate import upgrade
     from asrpt.db.repository import HistoryRepository
+    from asrpt.db.session import close_to_others
 
     from asrpt.daemon.dbguard import DatabaseGuard, check_before_upgrade
 
@@ -119,10 +120,25 @@ def build_daemon(config_path: str | None, *, dry_run: bool = False):
     # Before the upgrade: it would create an empty schema where the history used to be.
     check_before_upgrade(config.database.url, config.daemon.state_dir)
     upgrade(config.database.url)
+    for path in close_to_others(config.database.url):
+        log.warning("%s was readable by other users (their jobs' commands, secrets included); it no longer is "
+                    "(asrpt queue reads through asrptd's socket)", path)
     repository = HistoryRepository.from_url(config.database.url)
     guard = DatabaseGuard(config.database.url, config.daemon.state_dir)
     guard.check_at_start(repository)
     return Daemon(config, repository=repository, dry_run=dry_run, database_guard=guard)
+
+
+def start_queue_socket(config: Any) -> Any:
+    """Every user's queue views on ``[daemon] socket_path``, from their own database engine."""
+    from asrpt.cli.queue_privacy import CachedJobPrivacy, daemon_privacy_reader
+    from asrpt.daemon.local_socket import PRIVACY_TTL_S, start_socket_server
+    from asrpt.db.repository import HistoryRepository
+
+    read = daemon_privacy_reader(config.slurm.slurm_conf, config.slurm.bin_dir, log=log,
+                                 consequence="the socket shows each user only their own jobs")
+    return start_socket_server(config.daemon.socket_path, HistoryRepository.from_url(config.database.url),
+                               job_privacy=CachedJobPrivacy(read, ttl_s=PRIVACY_TTL_S))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,15 +177,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrptd: error: {error}", file=sys.stderr)
         return 2
 
-    server = None  # bound before the first cycle: a port in use is an error at start
-    if daemon.config.daemon.http_bind and not args.once:
-        from asrpt.daemon.http import start_http_server
+    # The HTTP endpoint and the socket are bound before the first cycle: one in use is an error at start.
+    servers: list[Any] = []
+    try:
+        if daemon.config.daemon.http_bind and not args.once:
+            from asrpt.daemon.http import start_http_server
 
-        try:
-            server = start_http_server(daemon, daemon.config.daemon.http_bind)
-        except AsrptError as error:
-            print(f"asrptd: error: {error}", file=sys.stderr)
-            return 2
+            servers.append(start_http_server(daemon, daemon.config.daemon.http_bind))
+        if daemon.config.daemon.socket_path and not args.once:
+            servers.append(start_queue_socket(daemon.config))
+    except AsrptError as error:
+        for started in servers:
+            started.shutdown()
+        print(f"asrptd: error: {error}", file=sys.stderr)
+        return 2
 
     # Ready once the configuration, database and HTTP bind are checked: the first cycle on a
     # 10,000-job queue can outlast systemd's start timeout, and it only needs Slurm to answer.
@@ -182,8 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.once:
         return 0 if first is not None else 1
     if stopping.is_set():
-        if server is not None:
-            server.shutdown()
+        for started in servers:
+            started.shutdown()
         return 0
 
     interval_s = daemon.config.daemon.interval_s
@@ -192,8 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_loop(daemon, stopping)
     finally:
-        if server is not None:
-            server.shutdown()
+        for started in servers:
+            started.shutdown()
     if daemon.config.daemon.release_holds_on_stop:
         daemon.release_holds()
     return 0

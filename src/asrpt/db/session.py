@@ -9,6 +9,7 @@ used when the URL says so, through psycopg 3.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,7 @@ def make_engine(
                     )
                 if not path.parent.is_dir():
                     raise DatabaseUnavailable(shown, f"directory {path.parent} does not exist")
+                _create_private_file(path, shown)
         engine = create_engine(
             parsed, echo=echo, connect_args={"timeout": busy_timeout_s}
         )
@@ -105,6 +107,42 @@ def make_engine(
         pool_pre_ping=True,
         connect_args={"connect_timeout": max(1, round(busy_timeout_s))},
     )
+
+
+#: Mode of a SQLite history asrpt creates: its owner only (submissions carry users' commands,
+#: secrets included); SQLite gives its -wal and -shm files the same mode. Users read through
+#: asrptd's socket.
+SQLITE_FILE_MODE = 0o600
+
+
+def _create_private_file(path: Path, shown: str) -> None:
+    """Create the empty database file with :data:`SQLITE_FILE_MODE` before SQLite opens it
+    (SQLite would create it with the umask's mode, 0644 as a rule)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, SQLITE_FILE_MODE))
+    except FileExistsError:
+        pass  # created meanwhile by another process: SQLite opens that one
+    except OSError as error:
+        raise DatabaseUnavailable(shown, f"cannot create {path}: {error.strerror}") from error
+
+
+def close_to_others(url: str | URL) -> list[Path]:
+    """Take other users' access away from a SQLite history and its -wal/-shm (one made before
+    asrpt created it 0600); the owner's group keeps its bits. Returns the files changed; a
+    file this process may not chmod is left alone."""
+    path = sqlite_path(normalize_url(url))
+    changed: list[Path] = []
+    if path is None:
+        return changed
+    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            mode = candidate.stat().st_mode & 0o7777
+            if mode & 0o007:
+                os.chmod(candidate, mode & ~0o007)
+                changed.append(candidate)
+        except OSError:
+            continue
+    return changed
 
 
 def _configure_sqlite(engine: Engine, *, busy_timeout_s: float, wal: bool) -> None:
@@ -128,6 +166,8 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 
+#: PostgreSQL's SQLSTATE for "permission denied": a role without the grant, the admin's to fix.
+_INSUFFICIENT_PRIVILEGE = "42501"
 _MISSING_SCHEMA_MARKERS = ("no such table", "undefinedtable", "does not exist")
 
 
@@ -135,8 +175,8 @@ _MISSING_SCHEMA_MARKERS = ("no such table", "undefinedtable", "does not exist")
 def translate_errors(engine: Engine) -> Iterator[None]:
     """Turn driver errors into :class:`DatabaseUnavailable` / :class:`MigrationRequired`.
 
-    A locked SQLite file, an unreachable server or a missing schema is something an admin
-    fixes, so it gets a message that names the database; constraint violations and the
+    A locked SQLite file, an unreachable server, a missing schema or a PostgreSQL role without
+    the privilege is something an admin fixes, so it gets a message that names the database; constraint violations and the
     like are bugs and pass through unchanged.
     """
     shown = display_url(engine.url)
@@ -150,6 +190,10 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         ):
             raise MigrationRequired(
                 shown, f"schema missing ({reason.strip()}); run `asrpt db upgrade`"
+            ) from error
+        if getattr(error.orig, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
+            raise DatabaseUnavailable(
+                shown, f"{reason.strip().splitlines()[0]} (a reader role needs `asrpt db grant-reader ROLE`)"
             ) from error
         if isinstance(error, exc.ProgrammingError):
             raise

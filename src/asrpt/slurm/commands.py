@@ -14,6 +14,7 @@ from asrpt.slurm.parsing import SACCT_FIELDS
 
 __all__ = [
     "version",
+    "show_config",
     "squeue_jobs",
     "nodes_query",
     "update_jobs",
@@ -33,6 +34,11 @@ def version() -> list[str]:
     """``scontrol --version``: prints ``slurm 24.11.5`` (Debian 12: ``slurm-wlm 22.05.8``).
     Needs a readable slurm.conf, not a running slurmctld."""
     return ["scontrol", "--version"]
+
+
+def show_config() -> list[str]:
+    """``scontrol show config``: the running configuration (``PrivateData = jobs``, ...)."""
+    return ["scontrol", "show", "config"]
 
 
 def squeue_jobs() -> list[str]:

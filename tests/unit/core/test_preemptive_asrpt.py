@@ -98,3 +98,14 @@ def test_a_job_slurm_may_not_requeue_is_never_requeued():
     long_job = replace(flat_job("long", 2, 5000.0), requeueable=False)
     result = _run([long_job, flat_job("short", 1, 10.0, submit_s=2000.0)])
     assert result.records["long"].preemptions == 0 and result.records["short"].first_start_s == 5000.0
+
+
+@pytest.mark.parametrize(("max_requeues", "preemptions"), [(1, 1), (2, 2), (0, 0)])
+def test_a_job_is_requeued_at_most_max_requeues_times(max_requeues, preemptions):
+    """Without a bound, a requeued job restarts in the next gap and the next smaller job
+    displaces it again, losing its work each time (Gavel at load 1.1: a job requeued 141
+    times, the replay never ending). shorts arrive at 2000 and 3000."""
+    policy = PreemptiveASRPTPolicy(flat_speed_table(), ASRPTOptions(max_requeues=max_requeues))
+    jobs = [flat_job("long", 2, 5000.0), flat_job("s1", 1, 10.0, submit_s=2000.0), flat_job("s2", 1, 10.0, submit_s=3000.0)]
+    result = _run(jobs, policy)
+    assert result.records["long"].preemptions == preemptions

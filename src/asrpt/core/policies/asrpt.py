@@ -63,8 +63,11 @@ class ASRPTOptions:
     #: ``asrpt-preempt`` only: a waiting job displaces a running one only with at most
     #: 1/ratio of its predicted remaining work (>= 1, so no job displaces a larger one) ...
     preempt_ratio: float = 4.0
-    #: ... and never in its first ``preempt_exempt_s`` after a (re)start (Slurm's PreemptExemptTime).
+    #: ... and never in its first ``preempt_exempt_s`` after a (re)start (Slurm's PreemptExemptTime) ...
     preempt_exempt_s: float = 600.0
+    #: ... and at most this many times: a requeued job restarts in whatever gap Slurm finds,
+    #: and without a bound the next smaller job displaces it again, losing its work each time.
+    max_requeues: int = 1
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:
@@ -73,6 +76,8 @@ class ASRPTOptions:
             raise ValueError(f"overdue_after_s must be >= 0, got {self.overdue_after_s}")
         if not self.preempt_ratio >= 1.0 or math.isinf(self.preempt_ratio):
             raise ValueError(f"preempt_ratio must be a finite number >= 1 (a job never displaces a larger one), got {self.preempt_ratio}")
+        if self.max_requeues < 0:
+            raise ValueError(f"max_requeues must be >= 0, got {self.max_requeues}")
         if not self.preempt_exempt_s >= 0 or math.isinf(self.preempt_exempt_s):
             raise ValueError(f"preempt_exempt_s must be a finite number >= 0, got {self.preempt_exempt_s}")
         if self.virtual_machine not in VIRTUAL_MACHINES:
@@ -104,6 +109,8 @@ class ASRPTState:
     overdue: KeyedQueue = field(default_factory=KeyedQueue)
     overdue_at: list[tuple[float, str]] = field(default_factory=list)
     first_blocked_s: dict[str, float] = field(default_factory=dict)
+    #: ``asrpt-preempt``: how often each live job has been requeued (kept while it runs).
+    requeues: dict[str, int] = field(default_factory=dict)
     #: alpha_min per job; derived, so not serialised.
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
     #: The Job object last seen per pending id, to skip unchanged jobs; derived, not serialised.
@@ -128,6 +135,7 @@ class ASRPTState:
             "sizes_s": dict(self.sizes_s),
             "queue": list(self.queue),
             "first_blocked_s": dict(self.first_blocked_s),
+            "requeues": dict(self.requeues),
         }
 
     @classmethod
@@ -138,6 +146,7 @@ class ASRPTState:
             sizes_s={str(k): float(v) for k, v in data.get("sizes_s", {}).items()},
             queue=dict.fromkeys(str(j) for j in data.get("queue", [])),
             first_blocked_s={str(k): float(v) for k, v in data.get("first_blocked_s", {}).items()},
+            requeues={str(k): int(v) for k, v in data.get("requeues", {}).items()},
         )
 
 

@@ -71,6 +71,9 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
 
     def decide(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState) -> Decision:
         pending, update_reasons = self._update(snapshot, now_s, state)
+        if len(state.requeues) > 2 * (len(pending) + len(snapshot.running)) + 16:  # drop jobs that left
+            live = pending.keys() | {r.job.job_id for r in snapshot.running}
+            state.requeues = {j: n for j, n in state.requeues.items() if j in live}
 
         def decision_on(view: ClusterSnapshot) -> Decision:
             reasons = Reasons()
@@ -91,7 +94,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             job = pending.get(job_id)
             if job is None:
                 continue
-            room, nodes = self._room_for(job, snapshot, now_s, set(victims), taken)
+            room, nodes = self._room_for(job, snapshot, now_s, set(victims), taken, state.requeues)
             taken.update(nodes)
             if room:
                 victims.extend(room)
@@ -108,6 +111,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         if len(needed) != len(victims):
             decision = decision_on(without_running(snapshot, set(needed)))
         for job_id in needed:
+            state.requeues[job_id] = state.requeues.get(job_id, 0) + 1
             decision.reasons.note(job_id, "requeued: jobs of far less predicted work wait for its accelerators")
         return replace(self._wake(decision, wake_at_s), preempts=tuple(needed))
 
@@ -118,7 +122,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         return replace(decision, wake_at_s=wake_at_s)
 
     def _room_for(self, job: Job, snapshot: ClusterSnapshot, now_s: float, chosen: set[str],
-                  taken: set[str]) -> tuple[list[str], list[str]]:
+                  taken: set[str], requeues: Mapping[str, int]) -> tuple[list[str], list[str]]:
         """(running jobs to requeue, the nodes) so that ``job`` fits in its shape: on the nodes
         of one allowed partition, outside ``taken``, that cost the least predicted remaining
         work to clear (only jobs :meth:`may_requeue` allows); no jobs when it fits already,
@@ -154,7 +158,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                 for r in sorted(on_node.get(node.name, ()), key=lambda r: -self.remaining_work_s(r, now_s)):
                     if free >= per_node:
                         break
-                    if not self.may_requeue(r, now_s):
+                    if not self.may_requeue(r, now_s, requeues):
                         continue
                     victims.append(r.job.job_id)
                     cost += self.remaining_work_s(r, now_s)
@@ -170,12 +174,14 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                 best = (cost, picked, [option[1] for option in options[:count]])
         return (best[1], best[2]) if best is not None else ([], [])
 
-    def may_requeue(self, running: RunningJob, now_s: float, *, exempt_ends: bool = False) -> bool:
-        """Slurm may requeue it, it is past its exempt time since the (re)start (or
-        ``exempt_ends``: will be), and it is not a job that waited past the starvation guard
-        before it started: that one is never sent back to wait again (a guard that lets its
-        own jobs be displaced by smaller ones bounds nothing)."""
-        if not running.job.requeueable:
+    def may_requeue(self, running: RunningJob, now_s: float, requeues: Mapping[str, int], *,
+                    exempt_ends: bool = False) -> bool:
+        """Slurm may requeue it, it was requeued fewer than ``max_requeues`` times, it is past
+        its exempt time since the (re)start (or ``exempt_ends``: will be), and it is not a job
+        that waited past the starvation guard before it started: that one is never sent back
+        to wait again (a guard that lets its own jobs be displaced by smaller ones bounds
+        nothing)."""
+        if not running.job.requeueable or requeues.get(running.job.job_id, 0) >= self.options.max_requeues:
             return False
         if not exempt_ends and now_s - running.start_time_s < self.preempt_exempt_s:
             return False
@@ -210,7 +216,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             # Only a job that could be displaced at all is worth ranking (most are not); the
             # others are charged first, so that their accelerators count as taken.
             displaceable = remaining_s > smallest_waiting_s * self.preempt_ratio and self.may_requeue(
-                r, now_s, exempt_ends=True)
+                r, now_s, state.requeues, exempt_ends=True)
             running.append((remaining_s / self.preempt_ratio if displaceable else -math.inf, rank, r.job.job_id, r))
         waiting.sort(key=lambda w: (w[0], w[1]))
         running.sort(key=lambda r: (r[0], r[1]))
@@ -240,7 +246,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         for job_id, partition, r in displaced:
             if partition not in wanted:
                 continue
-            if self.may_requeue(r, now_s):
+            if self.may_requeue(r, now_s, state.requeues):
                 victims.append(job_id)
             elif now_s - r.start_time_s < self.preempt_exempt_s:
                 wake_at_s = min(wake_at_s, r.start_time_s + self.preempt_exempt_s)

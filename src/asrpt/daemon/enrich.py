@@ -198,7 +198,7 @@ class HistoryEnrichment:
         to_predict: list[tuple[Job, SubmissionRecord]] = []
         for job in new_jobs:
             try:
-                submission = self.repository.get_submission(job.job_id)
+                submission = self.repository.get_submission(job.job_id) or self._array_submission(job.job_id)
                 if submission is None or submission.source == "wrapper" and submission.accelerators is None:
                     submission = self._record_from_slurm(job, slurm.get(job.job_id), submission)
                 prediction = stored.get(job.job_id)
@@ -244,6 +244,19 @@ class HistoryEnrichment:
                 except Exception as error:
                     values.append(error)
             return values
+
+    def _array_submission(self, job_id: str) -> SubmissionRecord | None:
+        """A job array task's own history row, copied from what the array's submission said
+        (the wrapper and the plugin record the id sbatch printed, the array's): each task is
+        a job of its own in the history, with the script, hints and group of its array."""
+        array_id, sep, _task = job_id.partition("_")
+        if not sep:
+            return None
+        array = self.repository.get_submission(array_id)
+        if array is None:
+            return None
+        self.repository.record_submission(replace(array, slurm_job_id=job_id))
+        return self.repository.get_submission(job_id)
 
     def _isolate_known(self, job: Job, error: Exception) -> None:
         """Remember that ``job``'s history cannot be used: it stays an ordinary job (and is not

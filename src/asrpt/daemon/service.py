@@ -542,10 +542,13 @@ class Daemon:
                 accelerator_gres=self.config.slurm.accelerator_gres,
                 max_age_s=self.config.spool.max_age_s,
             ).stored
+        # sbatch printed an array's id; squeue lists its tasks (<array>_<task>), same owner.
+        users = {sj.array_job_id: sj.user for sj in jobs.values() if sj.array_job_id}
+        users.update((job_id, sj.user) for job_id, sj in jobs.items())
         for record in ingest.read_spool(self.config.spool.dir):
             if ingest.accept_record(
                 record,
-                lambda job_id: jobs[job_id].user if job_id in jobs else None,
+                users.get,
                 max_pending_age_s=self.config.spool.max_age_s,
             ):
                 try:

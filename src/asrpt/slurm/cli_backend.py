@@ -27,6 +27,14 @@ cycle, turned into a :class:`~asrpt.core.model.ClusterSnapshot`:
 * **running jobs**: placement from the per-node allocated GRES (``gres_detail``);
   ``iteration_time_s`` from the callable given to the constructor.
 
+* **job arrays**: each task is a job, ``<array>_<task>`` (the parser lists the tasks of the
+  array's one pending record, ``1_[2-9]``, one by one). Writes go to the task id: Slurm then
+  splits that task into a record of its own, as it does anyway when a task starts. A write
+  to the whole array would give every task one priority, one node list and one ETA, but
+  asrpt's order may put other jobs between two tasks (a short job that arrives later), pins
+  and holds are per task, and each task has its own ETA. A task asrpt has nothing to write
+  to stays in the shared record.
+
 A poll that is not ok raises :class:`~asrpt.exceptions.SlurmUnreachable` or
 :class:`~asrpt.exceptions.SlurmOutputMalformed`; there is never a half snapshot.
 

@@ -77,6 +77,11 @@ class SlurmJob:
     comment: str = ""
     #: Admin-only comment (asrpt keeps its marker and text here).
     admin_comment: str = ""
+    #: For a task of a job array: the array's job id (what sbatch printed) and the task id.
+    #: ``job_id`` is then ``<array>_<task>``, the same whether Slurm still keeps the task in
+    #: the array's one pending record or has split it into a record of its own.
+    array_job_id: str = ""
+    array_task_id: int | None = None
 
     @property
     def is_pending(self) -> bool:

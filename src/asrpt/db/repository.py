@@ -225,6 +225,9 @@ class ForecastRecord:
     virtual_size_s: float | None = None
     #: Why the job sits where it does, in the policy's words.
     reason: str | None = None
+    #: No history to forecast from: ``predicted_end_s`` is the latest end the time limit
+    #: allows, not a forecast (shown as "unknown, at most ...").
+    end_unknown: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -559,6 +562,7 @@ class HistoryRepository:
                 stored.virtual_remaining_s = _finite(row.virtual_remaining_s)
                 stored.virtual_size_s = _finite(row.virtual_size_s)
                 stored.reason = row.reason
+                stored.end_unknown = row.end_unknown
             session.flush()
             session.execute(
                 update(Forecast)
@@ -803,6 +807,7 @@ def _stored_forecast(f: Forecast) -> StoredForecast:
         virtual_remaining_s=f.virtual_remaining_s,
         virtual_size_s=f.virtual_size_s,
         reason=f.reason,
+        end_unknown=bool(f.end_unknown),
         made_at_s=to_epoch_s(f.made_at),
         current=f.current,
         first_made_at_s=to_epoch_s(f.first_made_at),

@@ -230,3 +230,18 @@ def test_each_task_of_a_pending_job_array_is_a_job_of_its_own(cluster, tmp_path)
     # A second cycle with nothing changed writes nothing (the tasks keep their identity).
     daemon.cycle()
     assert daemon.backend.last_apply.priorities == 0
+
+
+def test_finished_array_tasks_become_outcomes_of_their_own(cluster, tmp_path):
+    """The job completion log names a task by its own job id plus ArrayJobId/ArrayTaskId;
+    each task's outcome lands on its own history row, ``<array>_<task>``."""
+    daemon = _daemon(cluster, tmp_path)
+    array = cluster.sbatch("-p", "v100", "--gres=gpu:v100:1", "--array=0-1", wrap="sleep 1")
+    daemon.cycle()
+    tasks = [f"{array}_0", f"{array}_1"]
+    log = Path(cluster.jobcomp_log)
+    cluster.wait_for("both tasks in the job completion log",
+                     lambda: log.exists() and log.read_text().count(f"ArrayJobId={array} ") == 2, timeout=40)
+    assert daemon.sync_finished() >= 2
+    rows = {r.job_id: r for r in daemon.repository.history_rows(finished_only=True)}
+    assert all(rows[t].end_time_s is not None for t in tasks)

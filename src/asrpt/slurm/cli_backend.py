@@ -803,6 +803,9 @@ class SlurmCliBackend:
             new_text = text if texts is None else texts.get(sj.job_id)
             if not sj.is_pending and new_text != text:
                 flags = frozenset()  # a started job's comment is rewritten anyway: drop stale flags
+            # The plugin's first-look word goes with asrpt's next write (a job that started at
+            # its begin time while asrptd was down keeps it until then).
+            other = " ".join(w for w in other.split() if w != FIRST_LOOK_TAG)
             wants[sj.job_id] = _Want(sj, other, set(flags), new_text)
 
         held_wanted = {j for j in decision.holds if j in pending}
@@ -811,7 +814,6 @@ class SlurmCliBackend:
             want = wants[jid]
             if self._first_look(sj):
                 want.first_look = True
-                want.other = " ".join(w for w in want.other.split() if w != FIRST_LOOK_TAG)
             own_pin = "pin" in want.flags and bool(sj.required_nodes)
             bad_pin = sj.reason == "BadConstraints" and own_pin
             owned_hold = self._owned_hold(sj)

@@ -8,6 +8,8 @@ For each submission this script
   1. optionally (SET_PRIORITY, off by default) gives a job whose priority nobody set the
      priority NEW_JOB_PRIORITY, below asrptd's band, so that a job submitted between two
      scheduling cycles queues behind the jobs asrptd has ordered instead of overtaking them;
+     and (FIRST_LOOK_S) lets a batch job Slurm could split across nodes wait a bounded time
+     for asrptd's first look (a begin time FIRST_LOOK_S ahead, "asrpt-look" in AdminComment);
   2. writes one JSON record into SPOOL_DIR, atomically (a hidden temp file, then os.rename);
   3. puts "asrpt-rec:<token>" at the front of the job's AdminComment (keeping any text that
      was there), the same token as in the record: asrptd reads AdminComment from squeue and
@@ -78,6 +80,16 @@ local PAUSE_S = 300
 -- Must stay >= 1: priority 0 means held.
 local SET_PRIORITY = false
 local NEW_JOB_PRIORITY = 1
+-- Seconds a new batch job that Slurm could split across nodes waits for asrptd's first look
+-- (0: off). Without it Slurm may start a communication-heavy job split over two nodes before
+-- asrptd's next cycle sees it, when asrptd would have held it for one node. Such a job gets
+-- begin time now + FIRST_LOOK_S and "asrpt-look" in its AdminComment; asrptd's first cycle
+-- that sees it makes it eligible at once (or holds it). A stopped daemon holds nothing: Slurm
+-- starts the job at the begin time anyway. Keep it above asrptd's [daemon] interval_s.
+-- Only a job whose accelerators may spread (--gpus or --gpus-per-task, more than one, and
+-- not -N 1) and that set no begin time of its own gets it; srun/salloc never wait.
+local FIRST_LOOK_S = 60
+local ACCELERATOR_GRES = {gpu = true, npu = true}
 -- Bytes of the batch script copied into the record, hashed, and scanned for #ASRPT lines.
 local SCRIPT_TEXT_LIMIT = 65536
 local HASH_LIMIT = 65536
@@ -92,6 +104,7 @@ local FORMAT = "asrpt-plugin-submission"
 local FORMAT_VERSION = 1
 local PLUGIN_VERSION = "1"
 local TAG = "asrpt-rec:"
+local LOOK_TAG = "asrpt-look"
 local NO_VAL = 4294967294     -- Slurm's "not set" for 32-bit fields
 local INFINITE = 4294967295
 local NO_VAL16 = 65534
@@ -460,11 +473,50 @@ local function lower_priority(job_desc)
   return NEW_JOB_PRIORITY
 end
 
+-- Accelerators a GRES request string asks for in total ("gres:gpu:a100:8", "gres/gpu:8",
+-- "gpu:2,npu:1"); 0 when it names none of ACCELERATOR_GRES.
+local function accelerators_in(request)
+  if type(request) ~= "string" then return 0 end
+  local total = 0
+  for item in string.gmatch(request, "[^,]+") do
+    local name = string.match(item, "^gres[:/]([%w_]+)") or string.match(item, "^([%w_]+)")
+    local count = tonumber(string.match(item, "[:=](%d+)$") or "1")
+    if name and ACCELERATOR_GRES[name] and count then total = total + count end
+  end
+  return total
+end
+
+local function may_spread(job_desc)
+  if type(field(job_desc, "script")) ~= "string" then return false end  -- srun/salloc: a person waits
+  local max_nodes = count32(field(job_desc, "max_nodes"))
+  if max_nodes == 1 then return false end
+  local per_job = accelerators_in(field(job_desc, "tres_per_job"))
+  local tasks = count32(field(job_desc, "num_tasks")) or 1
+  local per_task = accelerators_in(field(job_desc, "tres_per_task")) * tasks
+  return per_job > 1 or per_task > 1
+end
+
+local function wait_for_first_look(job_desc, now)
+  if FIRST_LOOK_S <= 0 or not may_spread(job_desc) then return false end
+  local begin = field(job_desc, "begin_time")
+  if type(begin) ~= "number" or begin > now then return false end  -- the user's own --begin
+  job_desc.begin_time = now + FIRST_LOOK_S
+  local old = field(job_desc, "admin_comment")
+  if type(old) == "string" and old ~= "" then
+    job_desc.admin_comment = LOOK_TAG .. " " .. old
+  else
+    job_desc.admin_comment = LOOK_TAG
+  end
+  return true
+end
+
 -- ---- Slurm's entry points ------------------------------------------------------------------
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local ok, result = pcall(lower_priority, job_desc)
   local priority_set = nil
   if ok then priority_set = result else note("priority option failed: " .. tostring(result)) end
+  ok, result = pcall(wait_for_first_look, job_desc, os.time())
+  if not ok then note("first-look option failed: " .. tostring(result)) end
 
   local now = os.time()
   local reason, why

@@ -40,6 +40,9 @@ class ForecastRecord:
     virtual_size_s: float | None = None
     #: Why the job sits where it does, in the policy's words.
     reason: str | None = None
+    #: No history to forecast from: ``predicted_end_s`` is the latest end the time limit
+    #: allows, not a forecast (shown as "unknown, at most ...").
+    end_unknown: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

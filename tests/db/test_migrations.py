@@ -22,13 +22,13 @@ def _schema_diff(engine: Engine) -> list:
 
 def test_upgrade_empty_database_to_head_matches_models(empty_engine: Engine) -> None:
     assert migrate.current_revision(empty_engine) is None
-    assert migrate.upgrade_engine(empty_engine) == migrate.head_revision() == "0003"
+    assert migrate.upgrade_engine(empty_engine) == migrate.head_revision() == "0004"
     assert _schema_diff(empty_engine) == []
     assert set(metadata.tables) <= set(inspect(empty_engine).get_table_names())
 
 
 def test_upgrade_twice_is_a_no_op(migrated_engine: Engine) -> None:
-    assert migrate.upgrade_engine(migrated_engine) == "0003"
+    assert migrate.upgrade_engine(migrated_engine) == "0004"
     assert _schema_diff(migrated_engine) == []
 
 
@@ -51,7 +51,7 @@ def test_upgrade_by_url_creates_sqlite_file_without_alembic_ini(tmp_path, monkey
     monkeypatch.chdir(tmp_path)  # no alembic.ini anywhere near
     path = tmp_path / "new" / "asrpt.db"
     path.parent.mkdir()
-    assert migrate.upgrade(f"sqlite:///{path}") == "0003"
+    assert migrate.upgrade(f"sqlite:///{path}") == "0004"
     assert path.exists()
     engine = make_engine(f"sqlite:///{path}")
     try:
@@ -89,7 +89,7 @@ def test_0002_adds_forecasts_and_keeps_the_history(empty_engine: Engine) -> None
     with pytest.raises(MigrationRequired, match="asrpt db upgrade"):
         old.latest_forecasts()
 
-    assert migrate.upgrade_engine(empty_engine) == "0003"
+    assert migrate.upgrade_engine(empty_engine) == "0004"
     assert _schema_diff(empty_engine) == []
     repository = HistoryRepository(empty_engine)
     assert repository.get_submission("1") is not None
@@ -128,7 +128,7 @@ def test_0003_adds_the_serving_columns_and_keeps_the_history(empty_engine: Engin
     assert not {"serve_model", "parallel_tensor_auto"} & columns
     _insert_old_submission(empty_engine, "1", "alice", parallel_tensor=2)  # a 0002 row
 
-    assert migrate.upgrade_engine(empty_engine) == "0003"
+    assert migrate.upgrade_engine(empty_engine) == "0004"
     assert _schema_diff(empty_engine) == []
     repository = HistoryRepository(empty_engine)
     old = repository.get_submission("1")
@@ -152,3 +152,24 @@ def test_0003_adds_the_serving_columns_and_keeps_the_history(empty_engine: Engin
         assert connection.exec_driver_sql("SELECT count(*) FROM predictions").scalar() == 1
     migrate.upgrade_engine(empty_engine)
     assert _schema_diff(empty_engine) == []
+
+
+def test_0004_adds_end_unknown_to_forecasts_and_old_rows_read_false(empty_engine: Engine) -> None:
+    from asrpt.db.repository import ForecastRecord, HistoryRepository
+
+    assert migrate.upgrade_engine(empty_engine, revision="0003") == "0003"
+    assert "end_unknown" not in {c["name"] for c in inspect(empty_engine).get_columns("forecasts")}
+    repository = HistoryRepository(empty_engine)
+    assert migrate.upgrade_engine(empty_engine) == "0004"
+    assert _schema_diff(empty_engine) == []
+    rows = [ForecastRecord(slurm_job_id="1", user="a", policy="asrpt", running=True, accelerators=1,
+                           predicted_start_s=1.0e9, predicted_end_s=1.0e9 + 600, end_unknown=True),
+            ForecastRecord(slurm_job_id="2", user="a", policy="asrpt", running=False, accelerators=1,
+                           predicted_start_s=1.0e9, predicted_end_s=1.0e9 + 60)]
+    repository.record_forecasts(1.0e9, rows)
+    with empty_engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE forecasts SET end_unknown = NULL WHERE slurm_job_id = '2'")
+    stored = {f.slurm_job_id: f for f in repository.latest_forecasts()}
+    assert stored["1"].end_unknown and not stored["2"].end_unknown
+    migrate.downgrade_engine(empty_engine, revision="0003")
+    assert "end_unknown" not in {c["name"] for c in inspect(empty_engine).get_columns("forecasts")}

@@ -234,3 +234,48 @@ def test_asrpt_preempt_requeues_a_long_requeueable_job_for_a_short_one(cluster, 
     assert jobs[restartable].state == "PENDING"  # back in the queue, to restart from its checkpoint
     assert jobs[pinned].state == "RUNNING"
     assert "Restarts=1" in cluster.run("scontrol", "show", "job", restartable).stdout
+
+
+def test_each_task_of_a_pending_job_array_is_a_job_of_its_own(cluster, tmp_path):
+    """squeue shows a pending array as one record (``1_[2-9]``); asrpt predicts, orders and
+    forecasts each task, and Slurm then carries one priority per task in asrpt's order."""
+    daemon = _daemon(cluster, tmp_path)
+    fillers = [cluster.sbatch("-p", "a100", "-w", node, "--gres=gpu:a100:8", wrap="sleep 300") for node in ("node1", "node2")]
+    for job_id in fillers:
+        cluster.wait_state(job_id, "RUNNING")
+    array = cluster.sbatch("-p", "a100", "--gres=gpu:a100:8", "--array=0-9", "-J", "sweep", wrap="sleep 30")
+    tasks = [f"{array}_{task}" for task in range(10)]
+    # The wrapper records the id sbatch printed: every task inherits what it says.
+    daemon.repository.record_submission(
+        SubmissionRecord(slurm_job_id=array, user="root", submit_time_s=0.0, source="wrapper", iterations_hint=50.0)
+    )
+
+    decision = daemon.cycle()
+    assert decision is not None
+    assert [j for j in decision.order if j.startswith(f"{array}_")] == tasks  # same work: task order
+    assert set(daemon.repository.latest_predictions(tasks)) == set(tasks)
+    assert all(daemon.repository.get_submission(t).iterations_hint == 50.0 for t in tasks)
+    stored = {f.slurm_job_id: f for f in daemon.repository.latest_forecasts()}
+    assert [stored[t].position for t in tasks] == sorted(stored[t].position for t in tasks)
+    jobs = _jobs(cluster)
+    priorities = [jobs[t].priority for t in tasks]
+    assert all(p > 4294901759 for p in priorities) and priorities == sorted(priorities, reverse=True)
+    assert all("eta start" in jobs[t].admin_comment for t in tasks)
+    # A second cycle with nothing changed writes nothing (the tasks keep their identity).
+    daemon.cycle()
+    assert daemon.backend.last_apply.priorities == 0
+
+
+def test_finished_array_tasks_become_outcomes_of_their_own(cluster, tmp_path):
+    """The job completion log names a task by its own job id plus ArrayJobId/ArrayTaskId;
+    each task's outcome lands on its own history row, ``<array>_<task>``."""
+    daemon = _daemon(cluster, tmp_path)
+    array = cluster.sbatch("-p", "v100", "--gres=gpu:v100:1", "--array=0-1", wrap="sleep 1")
+    daemon.cycle()
+    tasks = [f"{array}_0", f"{array}_1"]
+    log = Path(cluster.jobcomp_log)
+    cluster.wait_for("both tasks in the job completion log",
+                     lambda: log.exists() and log.read_text().count(f"ArrayJobId={array} ") == 2, timeout=40)
+    assert daemon.sync_finished() >= 2
+    rows = {r.job_id: r for r in daemon.repository.history_rows(finished_only=True)}
+    assert all(rows[t].end_time_s is not None for t in tasks)

@@ -2,7 +2,8 @@
 
 SimCluster refuses oversubscription and partial gangs (it raises), so reaching the end of a
 replay already proves those; the checks here add: every job finishes exactly once, never
-before its ideal runtime allows, and only on partitions it allows.
+before its ideal runtime allows (or its time limit, where Slurm kills it), never runs past its
+time limit, and only on partitions it allows.
 """
 
 import math
@@ -75,7 +76,11 @@ def test_every_policy_keeps_the_invariants(data, policy_name):
         record = result.records[job.job_id]
         assert record.first_start_s >= job.submit_time_s
         ideal_s = job.true_iterations * alpha_min_s(job, partitions, nodes, SPEED)
+        if job.time_limit_s is not None:
+            ideal_s = min(ideal_s, job.time_limit_s)  # Slurm kills it at its limit
         assert record.end_s - job.submit_time_s >= ideal_s * (1 - 1e-9)
+        if job.time_limit_s is not None and record.preemptions == 0:
+            assert record.end_s - record.first_start_s <= job.time_limit_s * (1 + 1e-9)
         for name in record.partitions:
             assert job.allows(by_name[name])
 

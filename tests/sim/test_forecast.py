@@ -90,3 +90,54 @@ def test_a_job_no_partition_can_hold_does_not_blank_the_others_etas():
     predicted = forecast(snapshot, 5.0, policy, policy.new_state().to_dict(), lambda job: 10.0)
     assert predicted["wide"].start_s == float("inf")
     assert predicted["small"].start_s == pytest.approx(5.0) and predicted["small"].end_s == pytest.approx(15.0)
+
+
+def _one_node_busy_until(end_s):
+    from dataclasses import replace
+
+    partition, nodes = partition_nodes("gpu", "gpu", count=1, per_node=1)
+    busy = flat_job("busy", 1, end_s)
+    running = RunningJob(job=busy, placement=Placement(job_id="busy", partition="gpu", worker_nodes=(nodes[0].name,), iteration_time_s=1.0), start_time_s=0.0)
+    return partition, tuple(replace(n, accelerators_free=0) for n in nodes), running
+
+
+def test_no_forecast_passes_a_time_limit_and_jobs_behind_do_not_inherit_the_overrun():
+    """``--time=00:30:00`` with a prediction of 51 minutes: Slurm kills the job at 30, so the
+    forecast ends it there and starts the next job then, not 21 minutes after the kill."""
+    speed = flat_speed_table()
+    partition, nodes, running = _one_node_busy_until(100.0)
+    over = flat_job("over", 1, 3060.0, submit_s=1.0, time_limit_s=1800.0)  # 51 min at 1 s/iteration
+    behind = flat_job("behind", 1, 60.0, submit_s=2.0, time_limit_s=3600.0)
+    policy = make_policy("fifo", speed)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(over, behind), running=(running,))
+    predicted = forecast(snapshot, 10.0, policy, policy.new_state().to_dict(), lambda job: job.predicted_iterations)
+    assert predicted["over"].start_s == pytest.approx(100.0)
+    assert predicted["over"].end_s == pytest.approx(100.0 + 1800.0)
+    assert predicted["behind"].start_s == pytest.approx(100.0 + 1800.0)
+
+
+def test_a_running_job_past_its_limit_is_not_forecast_past_it():
+    speed = flat_speed_table()
+    partition, nodes, _ = _one_node_busy_until(1.0)
+    job = flat_job("late", 1, 10.0, time_limit_s=600.0)
+    running = RunningJob(job=job, placement=Placement(job_id="late", partition="gpu", worker_nodes=(nodes[0].name,), iteration_time_s=1.0), start_time_s=0.0)
+    policy = make_policy("asrpt", speed)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(), running=(running,))
+    predicted = forecast(snapshot, 500.0, policy, policy.new_state().to_dict(), lambda job: 10.0)
+    assert 500.0 <= predicted["late"].end_s <= 600.0
+
+
+def test_a_job_with_no_prediction_has_an_unknown_end_bounded_by_its_limit():
+    """No history: the end is not a forecast but a bound; the rows and texts say so."""
+    from dataclasses import replace
+
+    speed = flat_speed_table()
+    partition, nodes, _ = _one_node_busy_until(1.0)
+    unseen = replace(flat_job("new", 1, 10.0, time_limit_s=3600.0), predicted_iterations=0.0)
+    running = RunningJob(job=unseen, placement=Placement(job_id="new", partition="gpu", worker_nodes=(nodes[0].name,), iteration_time_s=1.0), start_time_s=0.0)
+    known = replace(flat_job("known", 1, 10.0, time_limit_s=3600.0), predicted_iterations=50.0)
+    policy = make_policy("asrpt", speed)
+    snapshot = ClusterSnapshot(partitions=(partition,), nodes=nodes, pending=(known,), running=(running,))
+    predicted = forecast(snapshot, 2400.0, policy, policy.new_state().to_dict(), lambda job: job.predicted_iterations or 3600.0)
+    assert predicted["new"].end_unknown and predicted["new"].end_s == pytest.approx(3600.0)
+    assert not predicted["known"].end_unknown

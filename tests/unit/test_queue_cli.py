@@ -113,6 +113,7 @@ def test_queue_json_shape(url, capsys) -> None:
         "predicted_iterations": 1100.0, "expected_iterations": 1100.0, "virtual_remaining_s": 0.0,
         "virtual_size_s": 420.0, "reason": jobs["102"]["reason"], "policy": "asrpt",
         "made_at": "2025-06-15T15:06:10Z", "current": True,
+        "end_unknown": False, "latest_end": None, "latest_end_s": None,
     }
     assert jobs["103"]["predicted_start"] is None and jobs["103"]["predicted_start_s"] is None
 
@@ -275,3 +276,25 @@ def test_control_characters_in_job_names_are_shown_not_obeyed(url, capsys) -> No
 def test_printable() -> None:
     assert queue_view.printable("résumé-ünï 训练") == "résumé-ünï 训练"
     assert queue_view.printable("a\tb\x00c\x7f\x9b") == "a\\tb\\x00c\\x7f\\x9b"
+
+
+def test_a_job_of_unknown_length_shows_unknown_at_most_its_limit_not_an_end(tmp_path, capsys) -> None:
+    """No history: the stored end is its time limit's bound. `asrpt eta` says "unknown, at
+    most ...", the table marks it "<=", and --json gives no predicted end, only the bound."""
+    url = f"sqlite:///{tmp_path / 'asrpt.db'}"
+    upgrade(url)
+    repository = HistoryRepository.from_url(url)
+    repository.record_forecasts(NOW_S - 30, [
+        ForecastRecord(slurm_job_id="7", user="eve", running=True, accelerators=1, predicted_start_s=NOW_S - 600,
+                       predicted_end_s=NOW_S + 1200, policy="asrpt", partition="a100", predicted_iterations=0.0,
+                       end_unknown=True),
+    ])
+    repository.close()
+    code, out, _ = run(capsys, "eta", "7", "--url", url)
+    assert code == 0 and "predicted end   unknown, at most 2025-06-15T15:26:40" in out
+    code, out, _ = run(capsys, "queue", "--url", url, "--format", "%i %e %L", "--noheader")
+    assert out.split()[:2] == ["7", "<=2025-06-15T15:26:40"] and out.split()[2].startswith("<=")
+    code, out, _ = run(capsys, "queue", "--url", url, "--json")
+    job = json.loads(out)["jobs"][0]
+    assert job["predicted_end"] is None and job["predicted_end_s"] is None and job["end_unknown"] is True
+    assert job["latest_end"] == "2025-06-15T15:26:40Z" and job["latest_end_s"] == NOW_S + 1200

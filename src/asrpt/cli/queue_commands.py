@@ -254,6 +254,14 @@ def _when(t_s: float | None, now_s: float) -> str:
     return f"{local_time(value)} ({human_delta(value - now_s)})"
 
 
+def _end(row: Any, now_s: float) -> str:
+    """The predicted end, or for a job of unknown length ``unknown, at most <limit end>``."""
+    if getattr(row, "end_unknown", False):
+        bound = _when(row.predicted_end_s, now_s)
+        return "unknown" if bound == "unknown" else f"unknown, at most {bound}"
+    return _when(row.predicted_end_s, now_s)
+
+
 def _title(row: Any) -> str:
     name = f"{row.job_name}, " if row.job_name else ""
     return f"job {row.slurm_job_id} ({name}{row.user or 'unknown user'})"
@@ -272,14 +280,14 @@ def eta_lines(row: Any, now_s: float) -> list[str]:
         return lines
     if row.running:
         lines.append(f"{_title(row)}: running on {partition_text(row)} since {local_time(row.predicted_start_s)}")
-        lines.append(f"  predicted end   {_when(row.predicted_end_s, now_s)}")
+        lines.append(f"  predicted end   {_end(row, now_s)}")
     else:
         place = f", {_ordinal(row.position)} in {row.policy}'s order" if row.position else ""
         held = " (held by asrpt for a consolidated placement)" if row.held else ""
         lines.append(f"{_title(row)}: pending{place}{held}")
         where = f" on {row.partition}" if row.partition else ""
         lines.append(f"  predicted start {_when(row.predicted_start_s, now_s)}{where}")
-        lines.append(f"  predicted end   {_when(row.predicted_end_s, now_s)}")
+        lines.append(f"  predicted end   {_end(row, now_s)}")
         if row.predicted_start_s is None and row.reason:
             lines.append(f"  why: {readable_reason(row.reason)}")
     lines.append(f"  as of {local_time(row.made_at_s)} ({human_delta(row.made_at_s - now_s, future=False)})")

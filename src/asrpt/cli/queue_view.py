@@ -18,8 +18,8 @@ code    header      value
 ``%t``  ST          compact state: ``R`` or ``PD``
 ``%T``  STATE       ``RUNNING`` or ``PENDING``
 ``%S``  START       predicted start (actual start of a running job), local time
-``%e``  END         predicted end, local time
-``%L``  TIME_LEFT   predicted time until the end, ``[days-]hours:minutes:seconds``
+``%e``  END         predicted end, local time; ``<=`` the time limit's end when the job's length is unknown
+``%L``  TIME_LEFT   predicted time until the end, ``[days-]hours:minutes:seconds`` (``<=`` as for ``%e``)
 ``%b``  ACCEL       accelerators (all of them: the job is gang-scheduled)
 ``%Q``  POS         place in asrpt's order of pending jobs (squeue: priority; here 1 = next)
 ``%r``  REASON      the policy's reason (asrpt's words, not Slurm's reason code)
@@ -60,6 +60,8 @@ class ForecastLike(Protocol):
     virtual_remaining_s: float | None
     virtual_size_s: float | None
     reason: str | None
+    #: ``predicted_end_s`` is only the time limit's bound (the job's length is unknown).
+    end_unknown: bool
 
 
 def finite(value: float | None) -> float | None:
@@ -141,6 +143,8 @@ def job_json(row: ForecastLike, *, made_at_s: float | None = None) -> dict[str, 
     unknown (never placeable) time is null in both.
     """
     start_s, end_s = finite(row.predicted_start_s), finite(row.predicted_end_s)
+    # A bound is not a forecast: a program reading predicted_end must not take it for one.
+    latest_end_s, end_s = (end_s, None) if row.end_unknown else (None, end_s)
     out: dict[str, Any] = {
         "job_id": row.slurm_job_id,
         "name": row.job_name,
@@ -155,6 +159,9 @@ def job_json(row: ForecastLike, *, made_at_s: float | None = None) -> dict[str, 
         "predicted_end": iso_utc(end_s),
         "predicted_start_s": start_s,
         "predicted_end_s": end_s,
+        "end_unknown": bool(row.end_unknown),
+        "latest_end": iso_utc(latest_end_s),
+        "latest_end_s": latest_end_s,
         "predicted_iterations": finite(row.predicted_iterations),
         "expected_iterations": finite(row.expected_iterations),
         "virtual_remaining_s": finite(row.virtual_remaining_s),
@@ -181,6 +188,12 @@ def queue_json(rows: Sequence[ForecastLike], *, made_at_s: float | None, policy:
 
 # -- squeue-style columns -------------------------------------------------------------------------
 
+
+def at_most(row: ForecastLike, text: str) -> str:
+    """An end that is only the time limit's bound reads ``<=`` it (``N/A`` stays ``N/A``)."""
+    return f"<={text}" if row.end_unknown and text != "N/A" else text
+
+
 _Field = Callable[[ForecastLike, float], str]
 
 FORMAT_CODES: dict[str, tuple[str, _Field]] = {
@@ -191,10 +204,10 @@ FORMAT_CODES: dict[str, tuple[str, _Field]] = {
     "t": ("ST", lambda r, now: "R" if r.running else "PD"),
     "T": ("STATE", lambda r, now: "RUNNING" if r.running else "PENDING"),
     "S": ("START", lambda r, now: local_time(r.predicted_start_s)),
-    "e": ("END", lambda r, now: local_time(r.predicted_end_s)),
+    "e": ("END", lambda r, now: at_most(r, local_time(r.predicted_end_s))),
     "L": (
         "TIME_LEFT",
-        lambda r, now: slurm_duration(None if finite(r.predicted_end_s) is None else r.predicted_end_s - now),  # type: ignore[operator]
+        lambda r, now: at_most(r, slurm_duration(None if finite(r.predicted_end_s) is None else r.predicted_end_s - now)),  # type: ignore[operator]
     ),
     "b": ("ACCEL", lambda r, now: str(r.accelerators)),
     "Q": ("POS", lambda r, now: "" if r.position is None else str(r.position)),

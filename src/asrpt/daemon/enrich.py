@@ -46,6 +46,9 @@ class _Known:
     serve_tensor: int | None = None
     #: Why the history could not be used for this job (it is scheduled as an ordinary job).
     isolated: str | None = None
+    #: Predicted 0 when first seen (no history, no hint, or unusable data): the raises that
+    #: follow while it runs are a bound growing with its run time, not a forecast of its end.
+    length_unknown: bool = False
 
 
 class HistoryEnrichment:
@@ -185,6 +188,14 @@ class HistoryEnrichment:
         Running jobs keep theirs (and their raises)."""
         self._repredict_pending = True
 
+    def length_unknown(self, job: Job) -> bool:
+        """Whether ``job``'s end cannot be forecast: it had no prediction when first seen
+        (doubling it while it runs keeps the order honest, but is no estimate of its end)."""
+        known = self._known.get(job.job_id)
+        if known is not None:
+            return known.length_unknown
+        return not job.predicted_iterations or job.predicted_iterations <= 0
+
     def forget(self, job_id: str) -> None:
         """Drop the cached view of a job (its prediction changed elsewhere)."""
         self._known.pop(job_id, None)
@@ -197,7 +208,7 @@ class HistoryEnrichment:
         to_predict: list[tuple[Job, SubmissionRecord]] = []
         for job in new_jobs:
             try:
-                submission = self.repository.get_submission(job.job_id)
+                submission = self.repository.get_submission(job.job_id) or self._array_submission(job.job_id)
                 if submission is None or submission.source == "wrapper" and submission.accelerators is None:
                     submission = self._record_from_slurm(job, slurm.get(job.job_id), submission)
                 prediction = stored.get(job.job_id)
@@ -244,11 +255,24 @@ class HistoryEnrichment:
                     values.append(error)
             return values
 
+    def _array_submission(self, job_id: str) -> SubmissionRecord | None:
+        """A job array task's own history row, copied from what the array's submission said
+        (the wrapper and the plugin record the id sbatch printed, the array's): each task is
+        a job of its own in the history, with the script, hints and group of its array."""
+        array_id, sep, _task = job_id.partition("_")
+        if not sep:
+            return None
+        array = self.repository.get_submission(array_id)
+        if array is None:
+            return None
+        self.repository.record_submission(replace(array, slurm_job_id=job_id))
+        return self.repository.get_submission(job_id)
+
     def _isolate_known(self, job: Job, error: Exception) -> None:
         """Remember that ``job``'s history cannot be used: it stays an ordinary job (and is not
         retried every cycle) until it leaves the queue or the daemon restarts."""
         reason = f"its history could not be used ({type(error).__name__}: {str(error)[:200]}); scheduled as an ordinary job"
-        self._known[job.job_id] = _Known(0.0, None, None, job.group, isolated=reason)
+        self._known[job.job_id] = _Known(0.0, None, None, job.group, isolated=reason, length_unknown=True)
 
     def _record_from_slurm(self, job: Job, slurm_job: SlurmJob | None, wrapper: SubmissionRecord | None = None) -> SubmissionRecord:
         """Every job gets a history row, wrapper or not: what Slurm itself reports.
@@ -293,7 +317,8 @@ class HistoryEnrichment:
             parallel = ParallelConfig(data=d, pipeline=p, tensor=t, micro_batches=submission.micro_batches or 1)
         group = submission.recurrence_group or submission.script_hash or job.group
         serve_tensor = None if submission.parallel_tensor_auto else submission.parallel_tensor
-        return _Known(iterations, submission.workload_class, parallel, group or "", submission.serve_model, serve_tensor)
+        return _Known(iterations, submission.workload_class, parallel, group or "", submission.serve_model, serve_tensor,
+                      length_unknown=not iterations > 0)
 
     def _enriched(self, job: Job) -> Job:
         known = self._known.get(job.job_id)

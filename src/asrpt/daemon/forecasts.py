@@ -89,6 +89,7 @@ def forecast_records(
             partitions=allowed.get(job.job_id) or job.allowed_partitions,
             predicted_iterations=job.predicted_iterations,
             expected_iterations=float(expected_iterations(job)),
+            end_unknown=bool(f is not None and f.end_unknown),
         )
 
     for running in snapshot.running:

@@ -69,7 +69,9 @@ function draw(q) {
   status.className = "";
   status.textContent = q.made_at_s === null ? "no cycle has run yet" :
     `${jobs.length} of ${q.jobs.length} jobs, policy ${q.policy}, forecast made ${when(q.made_at_s)}`;
-  const ends = jobs.map(j => j.predicted_end_s).filter(t => t !== null);
+  // A job of unknown length has no predicted end, only its time limit's bound (latest_end).
+  const endOf = j => j.predicted_end_s !== null ? j.predicted_end_s : j.latest_end_s;
+  const ends = jobs.map(endOf).filter(t => t !== null);
   let t1 = Math.max(now + 600, ...ends);
   let t0 = now - (t1 - now) * 0.08;
   const scale = (WIDTH - LABEL - 10) / (t1 - t0);
@@ -94,15 +96,16 @@ function draw(q) {
       `${pos} ${j.job_id.padEnd(9)} ${(j.user || "").padEnd(9).slice(0, 9)} ${name}`));
     const tip = `${j.job_id} ${j.name || ""} (${j.user}), ${j.accelerators} accelerators, ${j.state}` +
       `${j.held ? " (held)" : ""} on ${j.partition || j.partitions.join(",") || "?"}\\n` +
-      `start ${when(j.predicted_start_s)}\\nend ${when(j.predicted_end_s)}` + (j.reason ? `\\n${j.reason}` : "");
-    if (j.predicted_start_s === null || j.predicted_end_s === null) {
+      `start ${when(j.predicted_start_s)}\\nend ${j.end_unknown ? "unknown, at most " + when(j.latest_end_s) : when(j.predicted_end_s)}` +
+      (j.reason ? `\\n${j.reason}` : "");
+    if (j.predicted_start_s === null || endOf(j) === null) {
       const t = node("text", {class: "unknown", x: LABEL + 4, y: y + 15}, "no predicted start");
       t.appendChild(node("title", {}, tip));
       g.appendChild(t);
     } else {
       const cls = j.state === "RUNNING" ? "run" : (j.held ? "held" : "pend");
       const bar = node("rect", {class: "bar " + cls, "data-job": j.job_id, x: x(j.predicted_start_s), y: y + 4,
-        width: Math.max(x(j.predicted_end_s) - x(j.predicted_start_s), 2), height: ROW - 8, rx: 3});
+        width: Math.max(x(endOf(j)) - x(j.predicted_start_s), 2), height: ROW - 8, rx: 3});
       bar.appendChild(node("title", {}, tip));
       g.appendChild(bar);
     }

@@ -77,9 +77,10 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
 
 
 def format_eta(forecast_: JobForecast | None, now_s: float) -> str | None:
-    """The ETA text written to a job's AdminComment (UTC, minute resolution). An end the
-    forecast cannot bound (a job with no prediction and no time limit) reads ``end unknown``
-    rather than a made-up time; no text when even the start is unknown."""
+    """The ETA text written to a job's AdminComment (UTC, minute resolution). A job whose
+    length is unknown (no history) reads ``end unknown, at most <start + time limit>``, or
+    ``end unknown`` without a limit, rather than a made-up time; no text when even the start
+    is unknown."""
     if forecast_ is None or not math.isfinite(forecast_.start_s):
         return None
 
@@ -88,6 +89,8 @@ def format_eta(forecast_: JobForecast | None, now_s: float) -> str | None:
 
     try:
         end = at(forecast_.end_s) if math.isfinite(forecast_.end_s) else "unknown"
+        if forecast_.end_unknown and math.isfinite(forecast_.end_s):
+            end = f"unknown, at most {end}"
         if forecast_.running:
             return f"eta end {end}"
         return f"eta start {at(forecast_.start_s)} end {end}"
@@ -522,7 +525,8 @@ class Daemon:
             return {}
         now_s = self.clock.now_s()
         try:
-            return forecast(snapshot, now_s, self.policy, self.loop.state.to_dict(), self._expected_iterations(snapshot))
+            return forecast(snapshot, now_s, self.policy, self.loop.state.to_dict(), self._expected_iterations(snapshot),
+                            unknown_length=self.enrichment.length_unknown)
         except Exception:  # a forecast must never break a cycle
             log.exception("forecast failed")
             return {}
@@ -544,10 +548,13 @@ class Daemon:
                 accelerator_gres=self.config.slurm.accelerator_gres,
                 max_age_s=self.config.spool.max_age_s,
             ).stored
+        # sbatch printed an array's id; squeue lists its tasks (<array>_<task>), same owner.
+        users = {sj.array_job_id: sj.user for sj in jobs.values() if sj.array_job_id}
+        users.update((job_id, sj.user) for job_id, sj in jobs.items())
         for record in ingest.read_spool(self.config.spool.dir):
             if ingest.accept_record(
                 record,
-                lambda job_id: jobs[job_id].user if job_id in jobs else None,
+                users.get,
                 max_pending_age_s=self.config.spool.max_age_s,
             ):
                 try:

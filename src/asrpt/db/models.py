@@ -255,6 +255,9 @@ class Forecast(Base):
     virtual_size_s: Mapped[float | None] = mapped_column(Float)
     #: Why the job sits where it does, in the policy's words.
     reason: Mapped[str | None] = mapped_column(CleanLongText())
+    #: The job's length is unknown (no history): predicted_end is only its time limit's
+    #: bound ("unknown, at most ..."). NULL in rows stored before revision 0004: false.
+    end_unknown: Mapped[bool | None] = mapped_column(Boolean)
     first_made_at: Mapped[datetime] = mapped_column(UtcDateTime())
     first_predicted_start: Mapped[datetime | None] = mapped_column(UtcDateTime())
     first_predicted_end: Mapped[datetime | None] = mapped_column(UtcDateTime())

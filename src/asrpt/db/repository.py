@@ -513,6 +513,7 @@ class HistoryRepository:
                 stored.virtual_remaining_s = _finite(row.virtual_remaining_s)
                 stored.virtual_size_s = _finite(row.virtual_size_s)
                 stored.reason = row.reason
+                stored.end_unknown = row.end_unknown
             session.flush()
             session.execute(
                 update(Forecast)
@@ -757,6 +758,7 @@ def _stored_forecast(f: Forecast) -> StoredForecast:
         virtual_remaining_s=f.virtual_remaining_s,
         virtual_size_s=f.virtual_size_s,
         reason=f.reason,
+        end_unknown=bool(f.end_unknown),
         made_at_s=to_epoch_s(f.made_at),
         current=f.current,
         first_made_at_s=to_epoch_s(f.first_made_at),

@@ -16,8 +16,10 @@ aggregates. The residual target is clipped to ``+-residual_clip`` so that a reru
 crashed after seconds does not drag its neighbours' predictions down.
 
 Jobs whose group has no finished history are *unseen*. For them the user's hint, scaled by
-that user's track record, is the starting prediction; without a hint ``unseen_policy``
-decides: ``"zero"`` is the A-SRPT paper's choice (predict 0 so that new jobs run first and
+that user's median actual/hint ratio, counts as far as the user's track record earns it
+(:func:`trusted_hint_log`: a hint of a longer run counts fully, a shorter one only by the
+weight of the user's finished hinted jobs, none for a user without any, so a new script's
+``iterations=1`` is not a way past known jobs); without a hint ``unseen_policy`` decides: ``"zero"`` is the A-SRPT paper's choice (predict 0 so that new jobs run first and
 reveal their length quickly, with :func:`raise_underestimate` correcting the order as they
 run), ``"fallback"`` uses the median chain alone (group, then user, then global), and
 ``"model"`` applies the forest's correction to it as for any other job.
@@ -182,19 +184,32 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         about as much as walking the trees (0.25 ms), and the forest's joblib dispatch over
         its trees, which :meth:`_forest_mean` avoids, some 20 times as much.
         """
-        reference = self._reference_log(X)
         unseen = X[:, COLUMN["group_count"]] <= 0
         hinted = unseen & (X[:, COLUMN["log_hint_adjusted"]] != MISSING)
-        rest = unseen & ~hinted
+        if not hinted.any():
+            return self._without_hint(X, unseen)
+        # A hinted row is first predicted as if it had no hint, then moved towards the hint as
+        # far as its user's track record earns (trusted_hint_log).
+        plain = X.copy()
+        plain[np.ix_(hinted, _HINT_COLUMNS)] = MISSING
+        predicted = self._without_hint(plain, unseen)
+        predicted[hinted] = np.expm1(trusted_hint_log(
+            np.log1p(predicted[hinted]), X[hinted, COLUMN["log_hint_adjusted"]], X[hinted, COLUMN["user_hint_count"]],
+        ))
+        return predicted
+
+    def _without_hint(self, X: np.ndarray, unseen: np.ndarray) -> np.ndarray:
+        """Each row's prediction by the unseen policy (rows with history: the forest)."""
+        reference = self._reference_log(X)
         # The forest only for rows whose prediction is its correction (on the PAI trace, under
         # the paper's "zero", a third of the jobs): trees predict each row on its own.
-        modelled = ~unseen if self.unseen_policy != "model" else ~hinted
+        modelled = ~unseen if self.unseen_policy != "model" else np.ones(X.shape[0], dtype=bool)
+        rest = unseen & ~modelled
         predicted = np.empty(X.shape[0], dtype=np.float64)
         if modelled.all():
             predicted[:] = self._modelled(X, reference)
         elif modelled.any():
             predicted[modelled] = self._modelled(X[modelled], reference[modelled])
-        predicted[hinted] = np.expm1(X[hinted, COLUMN["log_hint_adjusted"]])
         if self.unseen_policy == "zero":
             predicted[rest] = 0.0
         elif self.unseen_policy == "fallback":
@@ -279,6 +294,29 @@ class IterationPredictor(RegressorMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.target_tags.positive_only = True
         return tags
+
+
+#: Finished hinted jobs after which a user's hint counts half-way (in log space) from the
+#: prediction without it towards the hint; see :func:`trusted_hint_log`.
+HINT_TRUST_JOBS = 3.0
+
+#: Feature columns that carry the job's own hint (blanked to predict a row as if unhinted).
+_HINT_COLUMNS = [COLUMN["log_hint"], COLUMN["log_hint_adjusted"]]
+
+
+def trusted_hint_log(without_log: np.ndarray, hint_log: np.ndarray, hint_count: np.ndarray) -> np.ndarray:
+    """log1p prediction of an unseen job with a hint: ``hint_log`` (the hint corrected by its
+    user's median actual/hint ratio) counts only as far as the user's track record earns it.
+
+    A hint above the prediction without it (``without_log``) is taken as it is: claiming a
+    longer run gains a job nothing. A hint below it moves the prediction towards the hint by
+    the weight ``n / (n + HINT_TRUST_JOBS)`` of the user's ``n`` finished hinted jobs: no
+    record, no credit, so ``#ASRPT iterations=1`` on a new script does not put it ahead of
+    a known short job; a record of accurate hints earns most of its hint. Pure, vectorised.
+    """
+    weight = hint_count / (hint_count + HINT_TRUST_JOBS)
+    lowered = without_log + weight * (hint_log - without_log)
+    return np.where(hint_log >= without_log, hint_log, lowered)
 
 
 def raise_underestimate(

@@ -10,7 +10,9 @@ writes have on Slurm: a job it declines to start without holding it runs anyway 
 ``slurm_fills=False`` is the idealised model in which exactly ``decision.starts`` run.
 
 Preempted jobs are requeued with the iterations they have left. A job's true end is its start
-plus its true iterations times the per-iteration time of its placement.
+plus its true iterations times the per-iteration time of its placement, and never later than
+its start plus its time limit: Slurm kills a job there (TIMEOUT), so the accelerators are free
+from then on whatever the job still had to do.
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ class SimCluster:
         self.running[job.job_id] = running
         self._running_tuple = None
         end_s = self.now_s + max(remaining_iterations, 0.0) * running.placement.iteration_time_s
+        limit_s = job.time_limit_s
+        if limit_s is not None and limit_s > 0:
+            end_s = max(self.now_s, min(end_s, running.start_time_s + limit_s))
         heapq.heappush(self._ends, (end_s, job.job_id, running.start_time_s))
 
     def next_end_s(self) -> float:
@@ -238,7 +243,10 @@ class SimCluster:
             record.first_nodes = len(placement.node_counts)
         record.partitions.append(placement.partition)
         true_n = job.true_iterations if job.true_iterations is not None else 0.0
-        heapq.heappush(self._ends, (self.now_s + true_n * placement.iteration_time_s, job.job_id, self.now_s))
+        run_s = true_n * placement.iteration_time_s
+        if job.time_limit_s is not None and job.time_limit_s > 0:
+            run_s = min(run_s, job.time_limit_s)  # Slurm's TIMEOUT; a requeued job's limit starts again
+        heapq.heappush(self._ends, (self.now_s + run_s, job.job_id, self.now_s))
 
     def _release(self, running: RunningJob) -> None:
         for name, count in running.placement.node_counts.items():

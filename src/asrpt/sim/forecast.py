@@ -27,6 +27,9 @@ class JobForecast:
     running: bool
     #: Where the job runs, or where the forecast starts it; None when it cannot be placed.
     partition: str | None = None
+    #: The job's length is not known (no history, no hint): ``end_s`` is not a forecast but
+    #: the latest end Slurm allows (start plus time limit), or inf without a limit.
+    end_unknown: bool = False
 
 
 class _AsGiven:
@@ -110,18 +113,27 @@ def _usable_nodes(snapshot: ClusterSnapshot) -> tuple[Node, ...]:
     return tuple(usable)
 
 
+def length_unknown(job: Job) -> bool:
+    """No prediction to forecast from: None, or the paper's 0 for an unseen job."""
+    return not job.predicted_iterations or job.predicted_iterations <= 0
+
+
 def forecast(
     snapshot: ClusterSnapshot,
     now_s: float,
     policy: Policy,
     state_data: Mapping[str, object],
     expected_iterations: Callable[[Job], float],
+    unknown_length: Callable[[Job], bool] = length_unknown,
 ) -> dict[str, JobForecast]:
-    """Start and end of every pending and running job if each runs ``expected_iterations``.
+    """Start and end of every pending and running job if each runs ``expected_iterations``,
+    and no job past its time limit (Slurm kills it there, and what waits behind it starts).
 
     ``state_data`` is the live policy state's ``to_dict()``; it is restored into a private copy
     so the live state is untouched. ``expected_iterations`` is what the forecast believes a job
-    runs (for jobs the policy ranks by a predicted 0, a forecast still needs a length).
+    runs (for jobs the policy ranks by a predicted 0, a forecast still needs a length). A job
+    for which ``unknown_length`` holds gets ``end_unknown``: its end is only the limit's bound,
+    or infinite without a limit (the forecast still runs it as assumed, for the jobs behind).
     """
     state: PolicyState = policy.restore_state(dict(state_data))
     nodes = _usable_nodes(snapshot)
@@ -150,16 +162,21 @@ def forecast(
         result = None
     out: dict[str, JobForecast] = {}
     running_ids = {r.job.job_id for r in snapshot.running}
+    unknown = {job.job_id for job in (*snapshot.pending, *(r.job for r in snapshot.running)) if unknown_length(job)}
+    limits = {job.job_id: job.time_limit_s for job in (*snapshot.pending, *(r.job for r in snapshot.running))}
     if result is None:
         return {
-            job.job_id: JobForecast(job.job_id, math.inf, math.inf, job.job_id in running_ids)
+            job.job_id: JobForecast(job.job_id, math.inf, math.inf, job.job_id in running_ids, end_unknown=job.job_id in unknown)
             for job in (*snapshot.pending, *(r.job for r in snapshot.running))
         }
     for job_id, record in result.records.items():
         start_s = record.first_start_s if record.first_start_s is not None else math.inf
         end_s = record.end_s if record.end_s is not None else math.inf
         partition = record.partitions[0] if record.partitions else None
-        out[job_id] = JobForecast(job_id, start_s, end_s, job_id in running_ids, partition)
+        if job_id in unknown:
+            limit_s = limits.get(job_id)
+            end_s = start_s + limit_s if limit_s and math.isfinite(start_s) else math.inf
+        out[job_id] = JobForecast(job_id, start_s, end_s, job_id in running_ids, partition, job_id in unknown)
     for job in never:
-        out[job.job_id] = JobForecast(job.job_id, math.inf, math.inf, False)
+        out[job.job_id] = JobForecast(job.job_id, math.inf, math.inf, False, end_unknown=job.job_id in unknown)
     return out

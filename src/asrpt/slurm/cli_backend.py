@@ -27,6 +27,21 @@ cycle, turned into a :class:`~asrpt.core.model.ClusterSnapshot`:
 * **running jobs**: placement from the per-node allocated GRES (``gres_detail``);
   ``iteration_time_s`` from the callable given to the constructor.
 
+* **first look**: job_submit.lua (``FIRST_LOOK_S``) gives a new batch job that Slurm could
+  split across nodes a begin time a bounded time ahead and ``asrpt-look`` in its
+  AdminComment, so that Slurm does not start a communication-heavy job split before a cycle
+  has seen it. Such a job is in the snapshot although its reason is BeginTime; the first
+  apply that sees it removes the tag and writes ``StartTime=now`` with its other changes (a
+  hold, if the decision holds it, comes first). A daemon that is down clears nothing and
+  Slurm starts the job at the begin time: nothing waits longer than the plugin's bound.
+* **job arrays**: each task is a job, ``<array>_<task>`` (the parser lists the tasks of the
+  array's one pending record, ``1_[2-9]``, one by one). Writes go to the task id: Slurm then
+  splits that task into a record of its own, as it does anyway when a task starts. A write
+  to the whole array would give every task one priority, one node list and one ETA, but
+  asrpt's order may put other jobs between two tasks (a short job that arrives later), pins
+  and holds are per task, and each task has its own ETA. A task asrpt has nothing to write
+  to stays in the shared record.
+
 A poll that is not ok raises :class:`~asrpt.exceptions.SlurmUnreachable` or
 :class:`~asrpt.exceptions.SlurmOutputMalformed`; there is never a half snapshot.
 
@@ -133,6 +148,9 @@ DEFAULT_INELIGIBLE_REASONS: tuple[str, ...] = (
 
 IterationTimeFn = Callable[[Job, tuple[str, ...], Partition], float]
 AdminCommentFn = Callable[[str, Decision], "str | None"]
+
+#: The word job_submit.lua puts in the AdminComment of a job it made wait for a first look.
+FIRST_LOOK_TAG = "asrpt-look"
 
 #: Jobs per multi-job ``scontrol update`` (keeps argv short).
 _BATCH = 100
@@ -464,6 +482,8 @@ class ApplyReport:
     failures: list[str] = field(default_factory=list)
     #: Decided starts that were not pinned, with the reason.
     pins_skipped: dict[str, str] = field(default_factory=dict)
+    #: Jobs made eligible at the first look (job_submit.lua's begin time cleared).
+    first_looks: int = 0
 
 
 @dataclass(slots=True)
@@ -478,6 +498,8 @@ class _Want:
     req_nodes: str | None = None  # None = leave as is
     hold: bool = False
     release: bool = False
+    #: Waiting for asrpt's first look (job_submit.lua's begin time): make it eligible now.
+    first_look: bool = False
 
 
 class SlurmCliBackend:
@@ -657,10 +679,18 @@ class SlurmCliBackend:
             requeueable=sj.requeue,
         )
 
+    @staticmethod
+    def _first_look(sj: SlurmJob) -> bool:
+        """Waiting only for asrpt's first look: job_submit.lua's begin time and tag."""
+        return (sj.is_pending and sj.reason.split(",", 1)[0].strip() == "BeginTime"
+                and FIRST_LOOK_TAG in split_admin_comment(sj.admin_comment)[0].split())
+
     def _pending_job(self, sj: SlurmJob, layout: _Layout) -> Job | None:
         reason = sj.reason.split(",", 1)[0].strip()
-        if (reason in self._ineligible or sj.is_held) and not self._owned_hold(sj):
-            return None  # Slurm would not start it now; asrpt's own holds stay visible
+        if sj.is_held and not self._owned_hold(sj):
+            return None  # held by its user or an admin; asrpt's own holds stay visible
+        if reason in self._ineligible and not sj.is_held and not self._first_look(sj):
+            return None  # Slurm would not start it now
         request = self._request(sj)
         if request is None:
             return None
@@ -766,12 +796,17 @@ class SlurmCliBackend:
             new_text = text if texts is None else texts.get(sj.job_id)
             if not sj.is_pending and new_text != text:
                 flags = frozenset()  # a started job's comment is rewritten anyway: drop stale flags
+            # The plugin's first-look word goes with asrpt's next write (a job that started at
+            # its begin time while asrptd was down keeps it until then).
+            other = " ".join(w for w in other.split() if w != FIRST_LOOK_TAG)
             wants[sj.job_id] = _Want(sj, other, set(flags), new_text)
 
         held_wanted = {j for j in decision.holds if j in pending}
         starts = {p.job_id: p for p in decision.starts if p.job_id in pending}
         for jid, sj in pending.items():
             want = wants[jid]
+            if self._first_look(sj):
+                want.first_look = True
             own_pin = "pin" in want.flags and bool(sj.required_nodes)
             bad_pin = sj.reason == "BadConstraints" and own_pin
             owned_hold = self._owned_hold(sj)
@@ -832,15 +867,16 @@ class SlurmCliBackend:
             if report.calls:
                 log.info(
                     "applied: %d priorities, %d pins, %d pins cleared, %d holds, %d releases, "
-                    "%d requeues, %d admin comments in %d scontrol calls (%d rejected)",
+                    "%d requeues, %d admin comments, %d first looks in %d scontrol calls (%d rejected)",
                     report.priorities, report.pins, report.pins_cleared, report.holds,
-                    report.releases, report.requeues, report.admin_comments, report.calls, len(report.failures),
+                    report.releases, report.requeues, report.admin_comments, report.first_looks, report.calls,
+                    len(report.failures),
                     extra={"action": "apply"},
                 )
 
     def _comment_for(self, want: _Want) -> str:
         current = self._jobs[want.job.job_id].admin_comment if self._jobs and want.job.job_id in self._jobs else want.job.admin_comment
-        if not want.flags and not want.text and split_admin_comment(current)[2] is None:
+        if not want.flags and not want.text and split_admin_comment(current)[2] is None and not want.first_look:
             return current  # asrpt has no part and adds none: leave others' text exactly as it is
         return format_admin_comment(want.other, want.flags, want.text, self.config.admin_comment_max_chars)
 
@@ -913,6 +949,8 @@ class SlurmCliBackend:
                 fields["req_nodes"] = want.req_nodes
             if comment != sj.admin_comment:
                 fields["admin_comment"] = comment
+            if want.first_look:
+                fields["start_now"] = True
             if not fields:
                 continue
             if set(fields) == {"priority"} and want.priority == self.config.priority_floor:
@@ -927,17 +965,22 @@ class SlurmCliBackend:
                     report.priorities += 1
 
     def _update(self, jid: str, want: _Want, report: ApplyReport, *, priority: int | None = None,
-                req_nodes: str | None = None, admin_comment: str | None = None) -> bool:
+                req_nodes: str | None = None, admin_comment: str | None = None, start_now: bool = False) -> bool:
         """One ``scontrol update`` of one job; on success the observed state and the report follow."""
         sj = self._jobs[jid] if self._jobs and jid in self._jobs else want.job
-        if admin_comment is not None and admin_comment == sj.admin_comment and (priority, req_nodes) == (None, None):
+        if (admin_comment is not None and admin_comment == sj.admin_comment
+                and (priority, req_nodes) == (None, None) and not start_now):
             return True
         if admin_comment == sj.admin_comment:
             admin_comment = None
-        argv = commands.update_jobs([jid], priority=priority, req_nodes=req_nodes, admin_comment=admin_comment)
+        argv = commands.update_jobs([jid], priority=priority, req_nodes=req_nodes, admin_comment=admin_comment,
+                                    start_now=start_now)
         if not self._run_write(argv, report).ok:
             return False
         patch: dict[str, object] = {}
+        if start_now:
+            want.first_look = False
+            report.first_looks += 1
         if priority is not None:
             patch["priority"] = priority
             report.priorities += 1

@@ -81,11 +81,13 @@ def update_jobs(
     priority: int | None = None,
     req_nodes: str | None = None,
     admin_comment: str | None = None,
+    start_now: bool = False,
 ) -> list[str]:
-    """``scontrol update JobId=a,b Priority=N ReqNodeList=... AdminComment=...``.
+    """``scontrol update JobId=a,b Priority=N ReqNodeList=... AdminComment=... StartTime=now``.
 
-    Only the fields given are written; ``req_nodes=""`` clears ReqNodeList. Several jobs in
-    one call get the same values (Slurm applies it to each; errors name the failing ids).
+    Only the fields given are written; ``req_nodes=""`` clears ReqNodeList; ``start_now``
+    makes a job waiting for its begin time eligible at once. Several jobs in one call get the
+    same values (Slurm applies it to each; errors name the failing ids).
     """
     argv = ["scontrol", "update", f"JobId={_job_list(job_ids)}"]
     if priority is not None:
@@ -94,6 +96,8 @@ def update_jobs(
         argv.append(f"ReqNodeList={req_nodes}")
     if admin_comment is not None:
         argv.append(f"AdminComment={_one_line(admin_comment)}")
+    if start_now:
+        argv.append("StartTime=now")
     if len(argv) == 3:
         raise ValueError("update_jobs needs at least one field")
     return argv

@@ -28,7 +28,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asrpt.exceptions import SlurmOutputMalformed, SlurmUnreachable
@@ -52,6 +52,8 @@ __all__ = [
     "parse_exit_code",
     "load_json",
     "parse_squeue_json",
+    "parse_array_tasks",
+    "MAX_ARRAY_TASKS",
     "parse_nodes_json",
     "parse_jobcomp_line",
     "parse_jobcomp_lines",
@@ -499,15 +501,64 @@ def parse_squeue_json(text: str) -> tuple[tuple[int, int, int] | None, tuple[Slu
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
         raise malformed("squeue --json output", text, "no 'jobs' list")
-    out = []
+    out: list[SlurmJob] = []
     for raw in jobs:
         if not isinstance(raw, Mapping):
             raise malformed("squeue --json job", raw)
         try:
-            out.append(_job_from_json(raw))
+            out.extend(_array_tasks(raw, _job_from_json(raw)))
         except (KeyError, TypeError, ValueError) as exc:
             raise malformed("squeue --json job", raw, str(exc)) from None
     return json_version(doc), tuple(out)
+
+
+#: Most tasks listed from one pending array record. Slurm's MaxArraySize (1001 by default)
+#: bounds a real array; the cap only keeps a forged or absurd range from costing a cycle.
+#: Tasks beyond it stay with Slurm, which starts an array's tasks in task order.
+MAX_ARRAY_TASKS = 10_000
+
+_ARRAY_PART_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def parse_array_tasks(text: str, limit: int = MAX_ARRAY_TASKS) -> tuple[int, ...]:
+    """The task ids of squeue's ``array_task_string``: ``2-9``, ``2,4``, ``0-99:3`` (a step),
+    ``1-9%2`` (a throttle, which does not change the ids); at most ``limit`` of them."""
+    value = (text or "").strip().split("%", 1)[0]
+    tasks: list[int] = []
+    for part in value.split(","):
+        match = _ARRAY_PART_RE.match(part.strip())
+        if not match:
+            raise malformed("array task list", text, f"bad item {part!r}")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) else first
+        step = int(match.group(3)) if match.group(3) else 1
+        if last < first or step < 1:
+            raise malformed("array task list", text, f"bad range {part!r}")
+        tasks.extend(range(first, min(last, first + step * (limit - len(tasks) - 1)) + 1, step))
+        if len(tasks) >= limit:
+            return tuple(tasks[:limit])
+    return tuple(tasks)
+
+
+def _array_tasks(raw: Mapping[str, Any], job: SlurmJob) -> list[SlurmJob]:
+    """A job array's record as one job per task, each named ``<array>_<task>``.
+
+    squeue lists a task Slurm has split off (started, or updated on its own) as a record with
+    its own ``job_id`` and ``array_task_id``, and every task still pending together as one
+    record whose ``array_task_string`` is the range (``2-9``). Each task is its own work: it
+    is predicted, ordered and forecast as a job, and written to as ``<array>_<task>``, an id
+    scontrol accepts for both kinds of record."""
+    array_id = _int_or_none(raw.get("array_job_id"), "array_job_id")
+    if not array_id:
+        return [job]
+    task_id = _int_or_none(raw.get("array_task_id"), "array_task_id")
+    if task_id is not None:
+        return [replace(job, job_id=f"{array_id}_{task_id}", array_job_id=str(array_id), array_task_id=task_id)]
+    task_text = _str(raw, "array_task_string")
+    if not task_text:
+        return [job]
+    return [replace(job, job_id=f"{array_id}_{task}", array_job_id=str(array_id), array_task_id=task)
+            for task in parse_array_tasks(task_text)]
 
 
 def _job_from_json(job: Mapping[str, Any]) -> SlurmJob:
@@ -606,7 +657,7 @@ _JOBCOMP_MIDDLE = (r" JobState=(?P<state>[A-Z_]+) Partition=(?P<partition>\S*) T
                    r" NodeCnt=\d+ ProcCnt=\d+ WorkDir=")  # fmt: skip
 _JOBCOMP_TAIL = (r" ReservationName=\S* Tres=\S* Account=\S* QOS=\S* WcKey=\S* Cluster=\S*"
                  r" SubmitTime=(?P<submit>\S+) EligibleTime=\S+"
-                 r"(?: ArrayJobId=\d+ ArrayTaskId=\d+)?(?: HetJobId=\d+ HetJobOffset=\d+)?"
+                 r"(?: ArrayJobId=(?P<array_job>\d+) ArrayTaskId=(?P<array_task>\d+))?(?: HetJobId=\d+ HetJobOffset=\d+)?"
                  r" DerivedExitCode=\d+:\d+ ExitCode=(?P<exit>\d+:\d+) \Z")  # fmt: skip
 _JOBCOMP_HEAD_RE = re.compile(_JOBCOMP_HEAD)
 # The shortest and the longest reading of the free fields: a line is taken only when they agree.
@@ -643,8 +694,10 @@ def parse_jobcomp_line(line: str) -> FinishedJob:
     start = parse_timestamp_s(short["start"])
     nodes = expand_nodelist(short["nodelist"])
     rc, sig = parse_exit_code(short["exit"])
+    # An array task is known as <array>_<task> everywhere else (squeue, sacct, asrpt's history).
+    job_id = f"{short['array_job']}_{short['array_task']}" if short["array_job"] else short["job_id"]
     return FinishedJob(
-        job_id=parse_job_id(short["job_id"]),
+        job_id=parse_job_id(job_id),
         user=short["user"],
         state=short["state"],
         end_time_s=end,

@@ -80,6 +80,11 @@ class SlurmJob:
     #: Slurm may requeue it: submitted with ``--requeue``, or by the site's ``JobRequeue=1``
     #: default. With ``JobRequeue=0`` this says the user declared the job restartable.
     requeue: bool = False
+    #: For a task of a job array: the array's job id (what sbatch printed) and the task id.
+    #: ``job_id`` is then ``<array>_<task>``, the same whether Slurm still keeps the task in
+    #: the array's one pending record or has split it into a record of its own.
+    array_job_id: str = ""
+    array_task_id: int | None = None
 
     @property
     def is_pending(self) -> bool:

@@ -288,3 +288,29 @@ def test_a_policy_error_no_single_job_explains_fails_the_cycle_and_keeps_the_sta
     daemon.loop.policy.policy = Always()
     assert daemon.cycle() is None and daemon.stats.escaped == 1
     assert daemon.loop.state.to_dict() == saved
+
+
+def test_format_eta_of_a_job_of_unknown_length_is_a_bound() -> None:
+    at = datetime.fromtimestamp(NOW_S + 600, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    bound = JobForecast(job_id="1", start_s=NOW_S, end_s=NOW_S + 600, running=True, end_unknown=True)
+    assert format_eta(bound, NOW_S) == f"eta end unknown, at most {at}"
+
+
+def test_a_running_job_with_no_history_shows_unknown_at_most_its_limit_never_a_past_end(daemon) -> None:
+    """Predicted 0 (no history): each cycle doubles it as it runs, which keeps the order
+    honest but forecasts nothing. Its end is "unknown, at most" start + limit, cycle after cycle."""
+    snapshot = daemon.backend._snapshot
+    run = snapshot.running[0]
+    unseen = dataclasses.replace(run, job=dataclasses.replace(run.job, time_limit_s=7200.0))
+    daemon.backend._snapshot = dataclasses.replace(snapshot, running=(unseen,))
+    daemon.repository.record_prediction("100", predicted_iterations=0.0, model_version="test", made_at_s=NOW_S)
+    limit_end_s = run.start_time_s + 7200.0
+    for step_s in (0.0, 300.0, 1200.0, 3000.0):
+        daemon.clock.t_s = NOW_S + step_s
+        assert daemon.cycle() is not None
+        row = {r.slurm_job_id: r for r in daemon.stats.forecast_rows}["100"]
+        assert row.end_unknown and row.predicted_end_s == pytest.approx(limit_end_s)
+        assert row.predicted_end_s >= daemon.clock.t_s
+        assert daemon.backend.comments["100"].startswith("eta end unknown, at most ")
+    known = {r.slurm_job_id: r for r in daemon.stats.forecast_rows}["101"]
+    assert not known.end_unknown

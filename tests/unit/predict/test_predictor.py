@@ -14,7 +14,7 @@ from sklearn.base import clone, is_regressor
 from sklearn.exceptions import NotFittedError
 
 from asrpt.predict.features import COLUMN, FEATURE_NAMES, JobRecord, build_features
-from asrpt.predict.predictor import IterationPredictor, raise_underestimate
+from asrpt.predict.predictor import IterationPredictor, raise_underestimate, trusted_hint_log
 
 
 def synthetic_history(n_groups: int = 30, runs: int = 6, seed: int = 0) -> list[JobRecord]:
@@ -163,9 +163,19 @@ def test_hint_is_the_starting_prediction_and_habitual_understatement_stops_payin
     for policy in ("zero", "fallback", "model"):
         model = small(unseen_policy=policy).fit(X, y)
         understater = model.predict(_unseen_row("user0", 1_000.0, history))[0]
+        understater_plain = model.predict(_unseen_row("user0", None, history))[0]
         newcomer = model.predict(_unseen_row("nobody", 1_000.0, history))[0]
-        assert understater == pytest.approx(4_000.0, rel=0.02), policy
-        assert newcomer == pytest.approx(1_000.0), policy
+        newcomer_plain = model.predict(_unseen_row("nobody", None, history))[0]
+        # user0's 36 hinted jobs earn most of the corrected hint (4,000), in log space.
+        count = _unseen_row("user0", 1_000.0, history)[0, COLUMN["user_hint_count"]]
+        weight = count / (count + 3.0)
+        if np.log1p(4_000.0) >= np.log1p(understater_plain):
+            assert understater == pytest.approx(4_000.0, rel=0.02), policy
+        else:
+            expected = np.expm1(np.log1p(understater_plain) + weight * (np.log1p(4_000.0) - np.log1p(understater_plain)))
+            assert understater == pytest.approx(expected, rel=0.02), policy
+        # A newcomer's hint counts only when it claims more than the estimate without it.
+        assert newcomer == pytest.approx(max(1_000.0, newcomer_plain)), policy
 
 
 def _as_dict(row: JobRecord) -> dict:
@@ -242,16 +252,19 @@ def fitted(data) -> IterationPredictor:
 def reference_predict(model: IterationPredictor, X: np.ndarray) -> np.ndarray:
     """The prediction as first written: scikit-learn's forest on every row, then the
     unseen-job overrides."""
-    reference = model._reference_log(X)
-    predicted = np.clip(np.expm1(reference + model.forest_.predict(X)), 0.0, None)
     unseen = X[:, COLUMN["group_count"]] <= 0
     hinted = unseen & (X[:, COLUMN["log_hint_adjusted"]] != -1.0)
-    predicted[hinted] = np.expm1(X[hinted, COLUMN["log_hint_adjusted"]])
-    rest = unseen & ~hinted
+    plain = X.copy()  # the hinted rows as if they had no hint (issue 16: hints are earned)
+    plain[np.ix_(hinted, [COLUMN["log_hint"], COLUMN["log_hint_adjusted"]])] = -1.0
+    reference = model._reference_log(plain)
+    predicted = np.clip(np.expm1(reference + model.forest_.predict(plain)), 0.0, None)
     if model.unseen_policy == "zero":
-        predicted[rest] = 0.0
+        predicted[unseen] = 0.0
     elif model.unseen_policy == "fallback":
-        predicted[rest] = np.expm1(reference[rest])
+        predicted[unseen] = np.expm1(reference[unseen])
+    predicted[hinted] = np.expm1(trusted_hint_log(
+        np.log1p(predicted[hinted]), X[hinted, COLUMN["log_hint_adjusted"]], X[hinted, COLUMN["user_hint_count"]]
+    ))
     return predicted
 
 
@@ -346,3 +359,53 @@ def test_estimates_mean_and_lognormal_are_at_least_the_median(data) -> None:
     np.testing.assert_allclose(copy.copy(one).set_params(estimate="mean").predict(X), one.predict(X), rtol=1e-6)
     with pytest.raises(ValueError, match="estimate"):
         small(estimate="mode").fit(X, y)
+
+
+def _row(job_id: str, user: str, group: str, t: float, iterations: float | None, hint: float | None = None,
+         limit_s: float | None = 7200.0) -> JobRecord:
+    return JobRecord(job_id=job_id, user=user, group=group, submit_time_s=t, end_time_s=None if iterations is None else t + 30.0,
+                     iterations=iterations, accelerators=1.0, accelerator_type="v100", iterations_hint=hint, time_limit_s=limit_s)
+
+
+def _gaming_history() -> list[JobRecord]:
+    """The synthetic groups, a known short job (kim's "short", 200 iterations, six runs), and
+    ann, whose hints on six new scripts were each what the job then ran."""
+    history = _with_limits(synthetic_history(), 6.0)
+    t = history[-1].submit_time_s
+    for i in range(6):
+        history.append(_row(f"kim{i}", "kim", "short", t + 100 * i, 200.0, limit_s=3600.0))
+        history.append(_row(f"ann{i}", "ann", f"ann-script-{i}", t + 100 * i + 50, 5_000.0 * (i + 1), hint=5_000.0 * (i + 1)))
+    return history
+
+
+def _predict_new(model: IterationPredictor, history: list[JobRecord], *rows: JobRecord) -> list[float]:
+    X = build_features([*history, *rows])[len(history):]
+    return [float(v) for v in model.predict(X)]
+
+
+@pytest.mark.parametrize("policy", ["fallback", "model"])
+@pytest.mark.parametrize("reference", ["history", "time_limit"])
+def test_a_hint_counts_only_as_far_as_the_users_track_record_earns_it(policy, reference) -> None:
+    """Issue 16, gaming: `#ASRPT iterations=1` on a new script from a user with no track
+    record must not put it ahead of a known short job; a user whose hints were accurate gets
+    credit for hers; a hint that a job runs *longer* counts for anyone (it gains nothing)."""
+    history = _gaming_history()
+    X = build_features(history)
+    y = np.array([r.iterations for r in history])
+    model = small(unseen_policy=policy, unseen_reference=reference).fit(X, y)
+    t = 1e9
+    known, gamer, gamer_plain, honest, honest_plain, long_claim = _predict_new(
+        model, history,
+        _row("k", "kim", "short", t, None, limit_s=3600.0),
+        _row("m1", "mallory", "new-a", t, None, hint=1.0),
+        _row("m2", "mallory", "new-a", t, None),
+        _row("a1", "ann", "ann-new", t, None, hint=20.0),
+        _row("a2", "ann", "ann-new", t, None),
+        _row("m3", "mallory", "new-c", t, None, hint=1e7),
+    )
+    assert known == pytest.approx(200.0, rel=0.3)
+    assert gamer >= known, "a newcomer's iterations=1 jumped ahead of a known short job"
+    assert gamer == pytest.approx(gamer_plain, rel=1e-9)  # no track record: the hint earns nothing
+    assert honest < known < honest_plain  # an accurate record earns the hint credit
+    assert honest >= 20.0
+    assert long_claim == pytest.approx(1e7, rel=0.01)

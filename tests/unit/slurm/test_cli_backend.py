@@ -112,6 +112,8 @@ class FakeSlurm:
                         job["required_nodes"] = value
                     elif key == "AdminComment":
                         job["admin_comment"] = value
+                    elif key == "StartTime" and job.get("state_reason") == "BeginTime":
+                        job["state_reason"] = "Priority"
         elif argv[:2] == ("scontrol", "requeue"):
             for job_id in argv[2].split(","):
                 job = self._by_id(job_id)
@@ -756,3 +758,35 @@ def test_assign_priorities_properties(n, current, gap, limit, seed):
     # a job whose value already fits the order keeps it (a single job always fits)
     if len(head) == 1 and current.get(head[0]) is not None and 1000 < current[head[0]] <= 2000:
         assert result[head[0]] == current[head[0]]
+
+
+def test_a_job_waiting_for_the_first_look_is_seen_and_made_eligible_in_one_write(fake):
+    """job_submit.lua's begin time and "asrpt-look" tag: the job is in the snapshot although
+    Slurm shows Reason=BeginTime; one update writes its priority, drops the tag (keeping the
+    record token) and sets StartTime=now. A user's own --begin job is left alone."""
+    looking = fake.job("rec-pend-gpus-per-job")
+    looking["state_reason"], looking["admin_comment"] = "BeginTime", "asrpt-look asrpt-rec:0123456789abcdef0123"
+    b = backend(fake)
+    jid, begin = fake.id("rec-pend-gpus-per-job"), fake.id("rec-pend-begin")
+    assert jid in pending_ids(b.snapshot()) and begin not in pending_ids(b.snapshot())
+    report = apply(b, Decision(order=(jid,)))
+    [call] = [c for c in fake.writes() if c[2] == f"JobId={jid}"]
+    assert "StartTime=now" in call and any(f.startswith("Priority=") for f in call)
+    assert report.first_looks == 1
+    assert looking["admin_comment"] == "asrpt-rec:0123456789abcdef0123" and looking["state_reason"] == "Priority"
+    assert not [c for c in fake.writes() if c[2] == f"JobId={begin}"]
+    b.snapshot()
+    assert apply(b, Decision(order=(jid,))).first_looks == 0  # once only
+
+
+def test_a_first_look_job_the_decision_holds_is_held_before_it_is_made_eligible(fake):
+    looking = fake.job("rec-pend-gpus-per-job")
+    looking["state_reason"], looking["admin_comment"] = "BeginTime", "asrpt-look"
+    b = backend(fake)
+    b.snapshot()
+    jid = fake.id("rec-pend-gpus-per-job")
+    report = apply(b, Decision(order=(), holds=(jid,)))
+    assert report.holds == 1 and report.first_looks == 1
+    hold = next(i for i, c in enumerate(fake.calls) if c[:2] == ("scontrol", "hold"))
+    start = next(i for i, c in enumerate(fake.calls) if "StartTime=now" in c)
+    assert hold < start

@@ -25,6 +25,8 @@ from asrpt.slurm.parsing import (
     parse_jobcomp_line,
     parse_nodes_json,
     parse_sacct,
+    MAX_ARRAY_TASKS,
+    parse_array_tasks,
     parse_squeue_json,
     parse_timestamp_s,
     parse_tres,
@@ -483,3 +485,58 @@ def test_gres_in_24_11_tres_form():
 
     assert parse_gres("gres/gpu=1") == (GresItem("gpu", None, 1),)
     assert parse_gres("gres/gpu:a100=2,gres/npu=4") == (GresItem("gpu", "a100", 2), GresItem("npu", None, 4))
+
+
+# -- job arrays -------------------------------------------------------------------------------------
+
+
+def test_a_pending_array_record_is_one_job_per_task_2205():
+    """Recorded: tasks 0-1 running (own records, job ids 2 and 3), 2-9 one pending record (id 1)."""
+    _, jobs = parse_squeue_json(fixture_text("22.05", "squeue_array.json"))
+    by_id = {j.job_id: j for j in jobs}
+    assert sorted(by_id, key=lambda j: int(j.split("_")[1])) == [f"1_{t}" for t in range(10)]
+    assert by_id["1_0"].state == "RUNNING" and by_id["1_0"].nodes
+    assert all(by_id[f"1_{t}"].is_pending and by_id[f"1_{t}"].array_task_id == t for t in range(2, 10))
+    assert {j.array_job_id for j in jobs} == {"1"}
+    assert by_id["1_5"].gres_per_node == by_id["1_0"].gres_per_node
+
+
+def test_a_pending_array_record_is_one_job_per_task_2411():
+    """24.11 prints the array fields as {"set", "number"} objects; an unset task id is a pending record."""
+    doc = {"meta": {"slurm": {"version": {"major": "24", "minor": "11", "micro": "5"}}}, "errors": [], "jobs": [
+        {"job_id": {"set": True, "number": 7}, "job_state": ["PENDING"], "array_job_id": {"set": True, "number": 7},
+         "array_task_id": {"set": False, "infinite": False, "number": 0}, "array_task_string": "0-3%2",
+         "user_name": "alice", "name": "sweep", "partition": "gpu", "tres_per_node": "gres/gpu:a100:1"},
+        {"job_id": {"set": True, "number": 9}, "job_state": ["PENDING"], "array_job_id": {"set": True, "number": 0},
+         "array_task_id": {"set": False, "infinite": False, "number": 0}, "array_task_string": "",
+         "user_name": "bob", "name": "plain", "partition": "gpu"},
+    ]}
+    _, jobs = parse_squeue_json(json.dumps(doc))
+    assert [j.job_id for j in jobs] == ["7_0", "7_1", "7_2", "7_3", "9"]
+    assert jobs[-1].array_job_id == "" and jobs[-1].array_task_id is None
+
+
+@pytest.mark.parametrize(("text", "tasks"), [
+    ("2-9", tuple(range(2, 10))), ("2,4", (2, 4)), ("0-9:3", (0, 3, 6, 9)), ("1-3%1", (1, 2, 3)), ("5", (5,)),
+])
+def test_array_task_strings(text, tasks):
+    assert parse_array_tasks(text) == tasks
+
+
+@pytest.mark.parametrize("text", ["", "a-b", "9-2", "1-5:0", "1,,2", "[1-3]"])
+def test_a_bad_array_task_string_is_an_error_naming_it(text):
+    with pytest.raises(SlurmOutputMalformed, match="array task list"):
+        parse_array_tasks(text)
+
+
+def test_a_huge_array_range_is_capped_without_building_it():
+    started = time.perf_counter()
+    assert len(parse_array_tasks("0-4000000000")) == MAX_ARRAY_TASKS
+    assert time.perf_counter() - started < 1.0
+
+
+def test_jobcomp_an_array_task_is_recorded_as_array_underscore_task():
+    line = jobcomp_line(12, "alice", 1001, "sweep", "2026-12-02T10:00:01", "2026-12-02T10:00:05")
+    line = line.replace(" DerivedExitCode=", " ArrayJobId=10 ArrayTaskId=2 DerivedExitCode=")
+    assert parse_jobcomp_line(line).job_id == "10_2"
+    assert parse_jobcomp_line(jobcomp_line(12, "alice", 1001, "x", "2026-12-02T10:00:01", "2026-12-02T10:00:05")).job_id == "12"

@@ -489,7 +489,8 @@ for run = 1, runs do
   local rc = slurm_job_submit(job_desc, {}, store.user_id)
   local rc2 = slurm_job_modify(job_desc, {}, {}, 0)
   io.write("rc=", tostring(rc), "\nmodify=", tostring(rc2), "\nadmin_comment=", tostring(store.admin_comment),
-           "\npriority=", tostring(store.priority), "\nended_s=", tostring(os.time()), "\n")
+           "\npriority=", tostring(store.priority), "\nbegin_time=", tostring(store.begin_time),
+           "\nended_s=", tostring(os.time()), "\n")
   io.flush()
 end
 for _, l in ipairs(logged) do io.write("log=", l, "\n") end
@@ -725,3 +726,48 @@ def test_the_daemon_config_names_the_plugin_spool():
     assert parse_config({}, {}).spool.plugin_dir == ""  # off unless configured
     env = {"ASRPT_SPOOL_PLUGIN_DIR": "/x", "ASRPT_SPOOL_PLUGIN_OWNERS": "root,slurm"}
     assert parse_config({}, env).spool.plugin_owners == ("root", "slurm")
+
+
+SPREAD = dict(tres_per_node=None, tres_per_job="gres:gpu:8", begin_time=0)
+
+
+@needs_lua
+@needs_root
+def test_lua_lets_a_job_slurm_could_split_wait_a_bounded_time_for_the_daemons_first_look(tmp_path, mem_spool):
+    """--gpus=8 may be split 4+4 by Slurm before asrptd's cycle sees it: the plugin sets a
+    begin time FIRST_LOOK_S ahead and marks it "asrpt-look" (the daemon clears both)."""
+    out = run_plugin(tmp_path, mem_spool, script=SCRIPT.encode(), **SPREAD)
+    [record] = read_plugin_spool(mem_spool)
+    assert out["rc"] == ["0"] and out["admin_comment"] == [f"asrpt-rec:{record.token} asrpt-look"]
+    assert 58 <= int(out["begin_time"][0]) - int(out["ended_s"][0]) <= 60  # now + 60 s
+    out = run_plugin(tmp_path, mem_spool, script=SCRIPT.encode(), **{**SPREAD, "tres_per_job": "gres/gpu:a100:2"})
+    assert out["admin_comment"][0].endswith(" asrpt-look")  # 24.11's spelling
+    out = run_plugin(tmp_path, mem_spool, script=SCRIPT.encode(), **{**SPREAD, "tres_per_job": None,
+                                                                      "tres_per_task": "gres:gpu:1", "num_tasks": 4})
+    assert out["admin_comment"][0].endswith(" asrpt-look")
+
+
+@needs_lua
+@needs_root
+@pytest.mark.parametrize("fields", [
+    dict(tres_per_job=None, tres_per_node="gres:gpu:a100:8"),  # per node: Slurm's shape is fixed
+    dict(max_nodes=1),                                         # -N 1: never split
+    dict(tres_per_job="gres:gpu:1"),                           # one accelerator cannot be split
+    dict(tres_per_job="gres:mps:100"),                         # not an accelerator
+    dict(begin_time=4102444800),                               # the user's own --begin is kept
+], ids=["per-node", "one-node", "one-gpu", "not-accelerator", "own-begin"])
+def test_lua_does_not_delay_jobs_slurm_cannot_split_or_that_chose_a_begin_time(tmp_path, mem_spool, fields):
+    out = run_plugin(tmp_path, mem_spool, script=SCRIPT.encode(), **{**SPREAD, **fields})
+    assert "asrpt-look" not in out["admin_comment"][0]
+    assert out["begin_time"] == [str(fields.get("begin_time", 0))]
+
+
+@needs_lua
+@needs_root
+def test_lua_never_delays_an_interactive_job_and_a_failing_first_look_costs_nothing(tmp_path, mem_spool):
+    out = run_plugin(tmp_path, mem_spool, script=None, **SPREAD)  # srun/salloc: someone is waiting
+    assert out["begin_time"] == ["0"] and "asrpt-look" not in out["admin_comment"][0]
+    out = run_plugin(tmp_path, mem_spool, script=SCRIPT.encode(), settings='FIRST_LOOK_S="x"', **SPREAD)
+    assert out["rc"] == ["0"] and out["begin_time"] == ["0"]
+    assert any("first-look option failed" in line for line in out["log"])
+    assert out["admin_comment"][0].startswith("asrpt-rec:")  # the record is still written

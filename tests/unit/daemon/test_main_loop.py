@@ -137,7 +137,7 @@ def test_systemd_hears_ready_before_a_long_first_cycle(tmp_path, monkeypatch) ->
 
     stub = StubDaemon(interval_s=600.0, on_cycle=first_cycle)
     stub.config = DaemonConfig(daemon=DaemonSection(interval_s=600.0, sync_interval_s=3600.0, retrain_interval_s=3600.0,
-                                                    max_backoff_s=600.0, release_holds_on_stop=False))
+                                                    max_backoff_s=600.0, release_holds_on_stop=False, socket_path=""))
     stub.policy = SimpleNamespace(name="stub")
     monkeypatch.setattr(daemon_main, "build_daemon", lambda *args, **kwargs: stub)
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}

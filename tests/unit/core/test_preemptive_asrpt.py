@@ -109,3 +109,29 @@ def test_a_job_is_requeued_at_most_max_requeues_times(max_requeues, preemptions)
     jobs = [flat_job("long", 2, 5000.0), flat_job("s1", 1, 10.0, submit_s=2000.0), flat_job("s2", 1, 10.0, submit_s=3000.0)]
     result = _run(jobs, policy)
     assert result.records["long"].preemptions == preemptions
+
+
+def test_a_job_that_may_restart_on_slower_accelerators_is_not_requeued():
+    """Gavel: a job requeued from a V100 restarted on a K80 and took up to 9x as long. 'long'
+    runs on the fast partition but may also run on the slow one (10x slower): it is not
+    requeued for 'short'; restricted to the fast partition, it is."""
+    from dataclasses import replace
+
+    from asrpt.core.model import Node, Partition
+    from asrpt.core.speed import SpeedTable
+
+    from asrpt.core.speed import WorkloadProfile
+
+    speed = SpeedTable(workload_classes=["flat"], accelerators=["fast", "slow"], step_time_s=[[1.0, 10.0]],
+                       profiles={"flat": WorkloadProfile(name="flat", params_gb=0.0, activation_gb_per_microbatch=0.0,
+                                                         tp_allreduce_gb_per_microbatch=0.0)})
+    partitions = [Partition(name="fast", accelerator="fast"), Partition(name="slow", accelerator="slow")]
+    nodes = [Node(name="f0", partition="fast", accelerator="fast", accelerators_total=2, accelerators_free=2),
+             Node(name="s0", partition="slow", accelerator="slow", accelerators_total=2, accelerators_free=2)]
+    filler = replace(flat_job("filler", 2, 1e6), allowed_partitions=("slow",))
+    for allowed, requeued in ((("fast", "slow"), 0), (("fast",), 1)):
+        long_job = replace(flat_job("long", 2, 5000.0, submit_s=1.0), allowed_partitions=allowed)
+        short = replace(flat_job("short", 1, 10.0, submit_s=2000.0), allowed_partitions=("fast",))
+        result = simulate([filler, long_job, short], partitions, nodes, make_policy("asrpt-preempt", speed), OraclePredictions())
+        assert result.records["long"].partitions[0] == "fast"
+        assert result.records["long"].preemptions == requeued, allowed

@@ -109,8 +109,11 @@ class ASRPTState:
     overdue: KeyedQueue = field(default_factory=KeyedQueue)
     overdue_at: list[tuple[float, str]] = field(default_factory=list)
     first_blocked_s: dict[str, float] = field(default_factory=dict)
-    #: ``asrpt-preempt``: how often each live job has been requeued (kept while it runs).
+    #: ``asrpt-preempt``: how often each live job has been requeued (kept while it runs), and
+    #: when it last was: its wait for the starvation guard counts from then, not from its
+    #: submission (it was served meanwhile).
     requeues: dict[str, int] = field(default_factory=dict)
+    requeued_at_s: dict[str, float] = field(default_factory=dict)
     #: alpha_min per job; derived, so not serialised.
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
     #: The Job object last seen per pending id, to skip unchanged jobs; derived, not serialised.
@@ -136,6 +139,7 @@ class ASRPTState:
             "queue": list(self.queue),
             "first_blocked_s": dict(self.first_blocked_s),
             "requeues": dict(self.requeues),
+            "requeued_at_s": dict(self.requeued_at_s),
         }
 
     @classmethod
@@ -147,6 +151,7 @@ class ASRPTState:
             queue=dict.fromkeys(str(j) for j in data.get("queue", [])),
             first_blocked_s={str(k): float(v) for k, v in data.get("first_blocked_s", {}).items()},
             requeues={str(k): int(v) for k, v in data.get("requeues", {}).items()},
+            requeued_at_s={str(k): float(v) for k, v in data.get("requeued_at_s", {}).items()},
         )
 
 
@@ -332,18 +337,21 @@ class ASRPTPolicy:
         complete on the virtual machine, and the guard exists for exactly such jobs."""
         if self.options.queue_order != "work" or job.job_id in state.never_fits:
             return
-        due_s = job.submit_time_s + self.options.overdue_after_s
+        due_s = max(job.submit_time_s, state.requeued_at_s.get(job.job_id, -math.inf)) + self.options.overdue_after_s
         if not math.isinf(due_s):
             heapq.heappush(state.overdue_at, (due_s, job.job_id))
 
-    @staticmethod
-    def _move_overdue(now_s: float, state: ASRPTState) -> None:
+    def _move_overdue(self, now_s: float, state: ASRPTState) -> None:
         """Pending jobs whose wait reached the guard join the overdue list."""
         while state.overdue_at and state.overdue_at[0][0] <= now_s:
             _, job_id = heapq.heappop(state.overdue_at)
             job = state.seen.get(job_id)
-            if job is not None and job_id not in state.never_fits:  # else it started or left meanwhile
-                state.overdue.put(job_id, (job.submit_time_s, id_sort_key(job_id)))
+            if job is None or job_id in state.never_fits:
+                continue  # it started or left meanwhile
+            waiting_since_s = max(job.submit_time_s, state.requeued_at_s.get(job_id, -math.inf))
+            if waiting_since_s + self.options.overdue_after_s > now_s:
+                continue  # an entry from before a requeue: the later one is still queued
+            state.overdue.put(job_id, (waiting_since_s, id_sort_key(job_id)))
 
     @staticmethod
     def _forget(job_id: str, state: ASRPTState) -> None:

@@ -27,10 +27,15 @@ from typing import Mapping
 
 from asrpt.core.dispatch import expected_end_s
 from asrpt.core.model import ClusterSnapshot, Decision, Job, Node, RunningJob
+from asrpt.core.placement import alpha_min_s
 from asrpt.core.policies.asrpt import ASRPTOptions, ASRPTPolicy, ASRPTState
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
 
+#: A job is requeued only if every accelerator type it may restart on runs it at most this
+#: much slower than where it runs: on Gavel's V100/P100/K80 mix a job requeued from a V100
+#: restarted on a K80 and took up to 9x as long (total JCT 1.28x -> 2.29x the bound at load 0.5).
+RESTART_SLOWDOWN_MAX = 1.25
 #: Waiting jobs (the head of Q) the preemption walk considers per decision.
 PREEMPT_CANDIDATES = 64
 
@@ -74,6 +79,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         if len(state.requeues) > 2 * (len(pending) + len(snapshot.running)) + 16:  # drop jobs that left
             live = pending.keys() | {r.job.job_id for r in snapshot.running}
             state.requeues = {j: n for j, n in state.requeues.items() if j in live}
+            state.requeued_at_s = {j: t for j, t in state.requeued_at_s.items() if j in live}
 
         def decision_on(view: ClusterSnapshot) -> Decision:
             reasons = Reasons()
@@ -94,7 +100,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             job = pending.get(job_id)
             if job is None:
                 continue
-            room, nodes = self._room_for(job, snapshot, now_s, set(victims), taken, state.requeues)
+            room, nodes = self._room_for(job, snapshot, now_s, set(victims), taken, state)
             taken.update(nodes)
             if room:
                 victims.extend(room)
@@ -112,6 +118,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             decision = decision_on(without_running(snapshot, set(needed)))
         for job_id in needed:
             state.requeues[job_id] = state.requeues.get(job_id, 0) + 1
+            state.requeued_at_s[job_id] = now_s
             decision.reasons.note(job_id, "requeued: jobs of far less predicted work wait for its accelerators")
         return replace(self._wake(decision, wake_at_s), preempts=tuple(needed))
 
@@ -122,7 +129,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         return replace(decision, wake_at_s=wake_at_s)
 
     def _room_for(self, job: Job, snapshot: ClusterSnapshot, now_s: float, chosen: set[str],
-                  taken: set[str], requeues: Mapping[str, int]) -> tuple[list[str], list[str]]:
+                  taken: set[str], state: ASRPTState) -> tuple[list[str], list[str]]:
         """(running jobs to requeue, the nodes) so that ``job`` fits in its shape: on the nodes
         of one allowed partition, outside ``taken``, that cost the least predicted remaining
         work to clear (only jobs :meth:`may_requeue` allows); no jobs when it fits already,
@@ -158,7 +165,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                 for r in sorted(on_node.get(node.name, ()), key=lambda r: -self.remaining_work_s(r, now_s)):
                     if free >= per_node:
                         break
-                    if not self.may_requeue(r, now_s, requeues):
+                    if not self.may_requeue(r, now_s, state, snapshot):
                         continue
                     victims.append(r.job.job_id)
                     cost += self.remaining_work_s(r, now_s)
@@ -174,18 +181,32 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                 best = (cost, picked, [option[1] for option in options[:count]])
         return (best[1], best[2]) if best is not None else ([], [])
 
-    def may_requeue(self, running: RunningJob, now_s: float, requeues: Mapping[str, int], *,
+    def may_requeue(self, running: RunningJob, now_s: float, state: ASRPTState, snapshot: ClusterSnapshot, *,
                     exempt_ends: bool = False) -> bool:
-        """Slurm may requeue it, it was requeued fewer than ``max_requeues`` times, it is past
+        """Slurm may requeue it, it restarts nowhere much slower (``RESTART_SLOWDOWN_MAX``),
+        it was requeued fewer than ``max_requeues`` times, it is past
         its exempt time since the (re)start (or ``exempt_ends``: will be), and it is not a job
         that waited past the starvation guard before it started: that one is never sent back
         to wait again (a guard that lets its own jobs be displaced by smaller ones bounds
         nothing)."""
-        if not running.job.requeueable or requeues.get(running.job.job_id, 0) >= self.options.max_requeues:
+        job_id = running.job.job_id
+        if not running.job.requeueable or state.requeues.get(job_id, 0) >= self.options.max_requeues:
             return False
         if not exempt_ends and now_s - running.start_time_s < self.preempt_exempt_s:
             return False
-        return running.job.submit_time_s + self.options.overdue_after_s > running.start_time_s
+        waited_since_s = max(running.job.submit_time_s, state.requeued_at_s.get(job_id, -math.inf))
+        if waited_since_s + self.options.overdue_after_s <= running.start_time_s:
+            return False
+        return self._restarts_as_fast(running, snapshot)
+
+    def _restarts_as_fast(self, running: RunningJob, snapshot: ClusterSnapshot) -> bool:
+        limit_s = running.placement.iteration_time_s * RESTART_SLOWDOWN_MAX
+        for partition in snapshot.partitions:
+            if running.job.allows(partition):
+                alpha_s = alpha_min_s(running.job, (partition,), snapshot.nodes, self.speed)
+                if math.isfinite(alpha_s) and alpha_s > limit_s:
+                    return False
+        return True
 
     def remaining_work_s(self, running: RunningJob, now_s: float) -> float:
         """Predicted accelerator-seconds a running job still needs where it runs."""
@@ -216,7 +237,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             # Only a job that could be displaced at all is worth ranking (most are not); the
             # others are charged first, so that their accelerators count as taken.
             displaceable = remaining_s > smallest_waiting_s * self.preempt_ratio and self.may_requeue(
-                r, now_s, state.requeues, exempt_ends=True)
+                r, now_s, state, snapshot, exempt_ends=True)
             running.append((remaining_s / self.preempt_ratio if displaceable else -math.inf, rank, r.job.job_id, r))
         waiting.sort(key=lambda w: (w[0], w[1]))
         running.sort(key=lambda r: (r[0], r[1]))
@@ -246,7 +267,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         for job_id, partition, r in displaced:
             if partition not in wanted:
                 continue
-            if self.may_requeue(r, now_s, state.requeues):
+            if self.may_requeue(r, now_s, state, snapshot):
                 victims.append(job_id)
             elif now_s - r.start_time_s < self.preempt_exempt_s:
                 wake_at_s = min(wake_at_s, r.start_time_s + self.preempt_exempt_s)

@@ -67,7 +67,7 @@ class ASRPTOptions:
     preempt_exempt_s: float = 600.0
     #: ... and at most this many times: a requeued job restarts in whatever gap Slurm finds,
     #: and without a bound the next smaller job displaces it again, losing its work each time.
-    max_requeues: int = 1
+    max_requeues: int = 3
 
     def __post_init__(self) -> None:
         if self.queue_order not in QUEUE_ORDERS:

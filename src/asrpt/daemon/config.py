@@ -104,8 +104,10 @@ class SchedulerSection:
     #: with ``--requeue``; set ``JobRequeue=0`` in slurm.conf so that only such jobs are) is
     #: requeued for waiting jobs of at most 1/ratio of its predicted remaining work ...
     preempt_ratio: float = 4.0
-    #: ... and never in its first seconds after a (re)start (like Slurm's PreemptExemptTime).
+    #: ... and never in its first seconds after a (re)start (like Slurm's PreemptExemptTime) ...
     preempt_exempt_s: float = 600.0
+    #: ... and at most this many times per job.
+    max_requeues: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +208,7 @@ _MIN_SECONDS: dict[tuple[str, str], float] = {
 }
 #: Floats that may be infinite (documented as "off"); every other one must be finite.
 _INFINITE_OK = frozenset({("scheduler", "overdue_after_s")})
-_MIN_INT: dict[tuple[str, str], int] = {("scheduler", "backfill_depth"): 0}
+_MIN_INT: dict[tuple[str, str], int] = {("scheduler", "backfill_depth"): 0, ("scheduler", "max_requeues"): 0}
 #: Hosts that listen on every interface.
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})
 

@@ -73,6 +73,7 @@ def policy_options(config: DaemonConfig) -> ASRPTOptions:
         time_limit_cap=sched.time_limit_cap,
         preempt_ratio=sched.preempt_ratio,
         preempt_exempt_s=sched.preempt_exempt_s,
+        max_requeues=sched.max_requeues,
     )
 
 

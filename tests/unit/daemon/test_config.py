@@ -78,6 +78,7 @@ INF = float("inf")
         ({"slurm": {"timeout_s": INF}}, r"\[slurm\] timeout_s = inf is not valid"),
         ({"spool": {"max_age_s": INF}}, r"\[spool\] max_age_s = inf is not valid: a finite number"),
         ({"scheduler": {"preempt_ratio": 0.5}}, r"\[scheduler\] preempt_ratio = 0.5 must be >= 1"),
+        ({"scheduler": {"max_requeues": -1}}, r"\[scheduler\] max_requeues = -1 is not valid: an integer >= 0"),
         ({"scheduler": {"preempt_exempt_s": -1}}, r"\[scheduler\] preempt_exempt_s must be >= 0, got -1.0"),
         (
             {"slurm": {"partitions": [{"name": "h", "accelerator": "h100"}]}},

@@ -7,8 +7,6 @@ over and in what they believe a job's runtime to be; the placement and the rules
 
 from __future__ import annotations
 
-import bisect
-import functools
 import math
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -94,18 +92,20 @@ def expected_end_s(running: RunningJob, now_s: float, runtime_s: float) -> float
 class FreeCapacity:
     """Free accelerators per node during one decision; starts are subtracted as they happen.
 
-    Counts live in a dictionary; ``Node`` objects with the current counts are made only when a
-    placement asks for them (``nodes()``), since most examined jobs are answered by ``fits``.
+    Each node is held as a ``Node`` with its current free count (made once per (node, count)
+    and reused: few counts recur), so ``nodes()`` for a placement is one tuple of them.
     ``fits`` knows allocation shapes (:class:`~asrpt.core.model.RequestShape`): a job of
     ``n x k`` fits a partition only if ``n`` of its nodes have ``k`` free each, exactly what
-    placement will look for, so a job that fits always gets a placement.
+    placement will look for, so a job that fits always gets a placement. That question is
+    answered from a per-partition histogram (how many nodes have exactly f free), kept up to
+    date by every change, so it costs at most a node size's worth of additions.
     """
 
     def __init__(self, nodes: Sequence[Node]) -> None:
-        self._base: dict[str, Node] = {n.name: n for n in nodes}
-        self._free: dict[str, int] = {n.name: n.accelerators_free for n in nodes}
-        #: Every node with its current free count, kept up to date by take/give/capped.
-        self._current: dict[str, Node] = dict(self._base)
+        #: Every node with its current free count.
+        self._current: dict[str, Node] = {n.name: n for n in nodes}
+        #: Per node name, the ``Node`` for each free count made so far (shared by copies).
+        self._variants: dict[str, list[Node | None]] = {}
         self.free_by_partition: dict[str, int] = {}
         #: Per partition, its largest node (the ``s`` derived shapes are worked out for).
         self.node_size: dict[str, int] = {}
@@ -122,14 +122,18 @@ class FreeCapacity:
                 free_by_partition[partition] = n.accelerators_free
                 node_size[partition] = n.accelerators_total
                 members[partition] = [n.name]
+        #: Per partition, ``nodes_by_free[partition][f]``: how many of its nodes have f free.
+        # (a Node's free count is within 0..its size, so within 0..the partition's node size)
+        self._nodes_by_free: dict[str, list[int]] = {name: [0] * (size + 1) for name, size in node_size.items()}
+        for n in nodes:
+            self._nodes_by_free[n.partition][n.accelerators_free] += 1
+        #: Whether ``_nodes_by_free`` is shared with a copy (copied before the first change).
+        self._histograms_shared = False
         self.free_total = sum(free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
         self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
         #: Per (restriction, request shape, accelerators), whether the job fits (until a change).
         self._fits: dict[tuple[object, ...], bool] = {}
-        #: Per partition, its nodes' free counts in ascending order (built on demand, dropped
-        #: when one of its nodes changes).
-        self._sorted_free: dict[str, list[int]] = {}
 
     @classmethod
     def of(cls, nodes: tuple[Node, ...]) -> "FreeCapacity":
@@ -149,7 +153,7 @@ class FreeCapacity:
         return self._cache
 
     def partition_of(self, node_name: str) -> str | None:
-        node = self._base.get(node_name)
+        node = self._current.get(node_name)
         return None if node is None else node.partition
 
     def allowed_names(self, partitions: Sequence[Partition], job: Job) -> tuple[str, ...]:
@@ -181,87 +185,86 @@ class FreeCapacity:
         if request is None:
             return True
         n, k = request
-        counts = self._sorted_free.get(partition)
-        if counts is None:
-            free = self._free
-            counts = self._sorted_free[partition] = sorted(free[name] for name in self._members.get(partition, ()))
-        return len(counts) - bisect.bisect_left(counts, k) >= n
+        return sum(self._nodes_by_free[partition][k:]) >= n
 
-    def _changed(self, partitions: Iterable[str]) -> None:
-        self._cache = None
-        self._fits.clear()
-        for partition in partitions:
-            self._sorted_free.pop(partition, None)
+    def _set_free(self, node: Node, new: int) -> None:
+        """Make ``node`` (as currently held) have ``new`` free."""
+        old, partition = node.accelerators_free, node.partition
+        variants = self._variants.get(node.name)
+        if variants is None:
+            variants = self._variants[node.name] = [None] * (node.accelerators_total + 1)
+        current = variants[new]
+        if current is None:
+            current = variants[new] = replace(node, accelerators_free=new)
+        self._current[node.name] = current
+        histogram = self._nodes_by_free[partition]
+        histogram[old] -= 1
+        histogram[new] += 1
+        self.free_by_partition[partition] += new - old
+        self.free_total += new - old
+
+    def _own_histograms(self) -> None:
+        """Copy the histograms before the first change (a copy shares them until then)."""
+        if self._histograms_shared:
+            self._nodes_by_free = {name: list(counts) for name, counts in self._nodes_by_free.items()}
+            self._histograms_shared = False
 
     def take(self, placement: Placement) -> None:
+        self._own_histograms()
         for name, count in placement.node_counts.items():
-            free = self._free[name]
-            if count > free:
+            node = self._current[name]
+            if count > node.accelerators_free:
                 raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
-            self._free[name] = free - count
-            self._current[name] = _with_free(self._base[name], free - count)
-            self.free_by_partition[self._base[name].partition] -= count
-            self.free_total -= count
-        self._changed({self._base[name].partition for name in placement.node_counts})
+            self._set_free(node, node.accelerators_free - count)
+        self._cache = None
+        self._fits.clear()
 
     def give(self, counts: Mapping[str, int]) -> None:
-        touched: set[str] = set()
+        self._own_histograms()
         for name, count in counts.items():
-            node = self._base.get(name)
+            node = self._current.get(name)
             if node is None:
                 continue
-            free = self._free[name]
-            freed = min(free + count, node.accelerators_total)
-            self.free_by_partition[node.partition] += freed - free
-            self.free_total += freed - free
-            self._free[name] = freed
-            self._current[name] = _with_free(node, freed)
-            touched.add(node.partition)
-        self._changed(touched)
+            self._set_free(node, min(node.accelerators_free + count, node.accelerators_total))
+        self._cache = None
+        self._fits.clear()
 
     def capped(self, partition: str, cap_by_node: Mapping[str, int]) -> "FreeCapacity":
         """This capacity with ``partition``'s nodes limited to ``cap_by_node`` (the spare
         accelerators a reservation leaves to jobs that would still run at its start)."""
         twin = self.copy()
         twin._fits = {}
-        twin._sorted_free.pop(partition, None)
+        twin._own_histograms()
         for name in self._members.get(partition, ()):
-            free = self._free[name]
+            node = self._current[name]
+            free = node.accelerators_free
             if free <= 0:
                 continue  # only nodes with something free can lose anything
             allowed = max(min(free, cap_by_node.get(name, 0)), 0)
             if allowed != free:
-                twin._free[name] = allowed
-                twin._current[name] = _with_free(self._base[name], allowed)
-                twin.free_by_partition[partition] -= free - allowed
-                twin.free_total -= free - allowed
+                twin._set_free(node, allowed)
                 twin._cache = None
         return twin
 
     def copy(self) -> "FreeCapacity":
         twin = FreeCapacity.__new__(FreeCapacity)
-        twin._base = self._base
-        twin._free = dict(self._free)
         twin._current = dict(self._current)
+        twin._variants = self._variants
         twin.free_by_partition = dict(self.free_by_partition)
         twin.node_size = self.node_size
         twin._members = self._members
+        twin._nodes_by_free = self._nodes_by_free
+        twin._histograms_shared = True
+        self._histograms_shared = True
         twin.free_total = self.free_total
         twin._cache = self._cache
         twin._allowed = self._allowed
         twin._fits = dict(self._fits)
-        twin._sorted_free = dict(self._sorted_free)
         return twin
 
 
 #: One-entry cache of ``FreeCapacity.of``: (node tuple, capacity built from it).
 _last_capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
-
-
-@functools.lru_cache(maxsize=65536)
-def _with_free(node: Node, free: int) -> Node:
-    """``node`` with ``free`` accelerators free (cached: few distinct counts per node recur)."""
-    return node if node.accelerators_free == free else replace(node, accelerators_free=free)
 
 
 class _ReservedPlace:

@@ -101,11 +101,14 @@ class FreeCapacity:
     date by every change, so it costs at most a node size's worth of additions.
     """
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
+    def __init__(self, nodes: Sequence[Node], node_variants: dict[str, list[Node | None]] | None = None) -> None:
+        """``node_variants``: where to keep the ``Node`` made for each (node, free count), to
+        reuse across decisions (a :class:`DispatchMemo`'s); by default this capacity's own."""
         #: Every node with its current free count.
         self._current: dict[str, Node] = {n.name: n for n in nodes}
-        #: Per node name, the ``Node`` for each free count made so far (shared by copies).
-        self._variants: dict[str, list[Node | None]] = {}
+        #: Per node name, the ``Node`` for each free count made so far (shared by copies);
+        #: entry 0 is the node as first seen, to tell a different node of the same name.
+        self._variants: dict[str, list[Node | None]] = {} if node_variants is None else node_variants
         self.free_by_partition: dict[str, int] = {}
         #: Per partition, its largest node (the ``s`` derived shapes are worked out for).
         self.node_size: dict[str, int] = {}
@@ -136,13 +139,15 @@ class FreeCapacity:
         self._fits: dict[tuple[object, ...], bool] = {}
 
     @classmethod
-    def of(cls, nodes: tuple[Node, ...]) -> "FreeCapacity":
-        """A fresh capacity for ``nodes``, copied from one built once per node tuple (the
-        simulator hands the same tuple to every decision until a job starts or ends)."""
-        global _last_capacity
-        cached = _last_capacity
+    def of(cls, nodes: tuple[Node, ...], memo: "DispatchMemo | None" = None) -> "FreeCapacity":
+        """A fresh capacity for ``nodes``; with a memo, copied from one built once per node
+        tuple (the simulator hands the same tuple to every decision until a job starts or
+        ends)."""
+        if memo is None:
+            return cls(nodes)
+        cached = memo.capacity
         if cached is None or cached[0] is not nodes:
-            cached = _last_capacity = (nodes, cls(nodes))
+            cached = memo.capacity = (nodes, cls(nodes, memo.node_variants))
         return cached[1].copy()
 
     def nodes(self) -> tuple[Node, ...]:
@@ -191,11 +196,11 @@ class FreeCapacity:
         """Make ``node`` (as currently held) have ``new`` free."""
         old, partition = node.accelerators_free, node.partition
         variants = self._variants.get(node.name)
-        if variants is None:
-            variants = self._variants[node.name] = [None] * (node.accelerators_total + 1)
-        current = variants[new]
+        if variants is None or not _same_node(variants[0], node):
+            variants = self._variants[node.name] = [node] + [None] * (node.accelerators_total + 1)
+        current = variants[new + 1]
         if current is None:
-            current = variants[new] = replace(node, accelerators_free=new)
+            current = variants[new + 1] = replace(node, accelerators_free=new)
         self._current[node.name] = current
         histogram = self._nodes_by_free[partition]
         histogram[old] -= 1
@@ -263,8 +268,39 @@ class FreeCapacity:
         return twin
 
 
-#: One-entry cache of ``FreeCapacity.of``: (node tuple, capacity built from it).
-_last_capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
+def _same_node(a: Node | None, b: Node) -> bool:
+    """The same node but for its free count."""
+    return (a is not None and a.partition == b.partition and a.accelerator == b.accelerator
+            and a.accelerators_total == b.accelerators_total)
+
+
+class DispatchMemo:
+    """What one caller's successive dispatches may reuse: the last walk that started nothing,
+    the last reservation, each running job's expected end, the capacity of the last node
+    tuple and the ``Node`` made for each (node, free count).
+
+    The caller owns it and passes it in: one per policy instance, one for the simulator's
+    Slurm model, so two callers that alternate never evict each other's entries. Every entry
+    is used only while the inputs it came from are the same objects (frozen tuples a backend
+    reuses while nothing changed) and before anything it depended on expires, so a dispatch
+    gives the same answer with a memo as without one (property-tested); the memo only saves
+    work.
+    """
+
+    __slots__ = ("walk", "reservation", "expected_ends", "expected_ends_estimate", "capacity", "node_variants")
+
+    def __init__(self) -> None:
+        self.walk: _Walk | None = None
+        #: (inputs, valid until, answer) of the last reservation made with nothing started.
+        self.reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
+        #: Per running job object, by ``id`` (the entry holds the job, so the id cannot be
+        #: reused while kept): [job, believed runtime, expected end last worked out], for the
+        #: runtime estimate ``expected_ends_estimate``.
+        self.expected_ends: dict[int, list] = {}
+        self.expected_ends_estimate: RuntimeEstimate | None = None
+        #: (node tuple, capacity built from it).
+        self.capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
+        self.node_variants: dict[str, list[Node | None]] = {}
 
 
 class _ReservedPlace:
@@ -325,23 +361,24 @@ def _reserve(
     now_s: float,
     speed: SpeedTable,
     runtime_s: RuntimeEstimate,
+    memo: DispatchMemo | None = None,
 ) -> tuple[_Reservation | None, float]:
     """Earliest start of ``head`` as running jobs end by their estimates (EASY backfill), and
     until when that answer holds if nothing else changes (the first expected end).
 
     With nothing started yet this decision, the answer depends only on the head, the node and
     running tuples and the estimates, and stays the same until ``now_s`` reaches the first
-    expected end: a simulator asks again at every arrival, so the last answer is kept.
+    expected end: a simulator asks again at every arrival, so the last answer is kept in the
+    memo.
     """
-    global _last_reservation
     key: tuple[object, ...] | None = None
-    if not started:
+    if not started and memo is not None:
         key = (head, snapshot.nodes, snapshot.running, speed, runtime_s)
-        cached = _last_reservation
+        cached = memo.reservation
         if cached is not None and now_s < cached[1] and _same_inputs(cached[0], key):
             found = cached[2]
             return (None if found is None else found.copy()), cached[1]
-    releases = _expected_releases(snapshot.running, now_s, runtime_s)
+    releases = _expected_releases(snapshot.running, now_s, runtime_s, memo)
     releases += [(end_s, p.node_counts) for p, end_s in started]
     releases.sort(key=lambda item: item[0])
     found: _Reservation | None = None
@@ -373,32 +410,30 @@ def _reserve(
             found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
             break
     valid_until_s = releases[0][0] if releases else math.inf
-    if key is not None:
-        _last_reservation = (key, valid_until_s, found)
+    if key is not None and memo is not None:
+        memo.reservation = (key, valid_until_s, found)
         if found is not None:
             found = found.copy()
     return found, valid_until_s
 
 
-#: Per running job object, by ``id`` (the entry holds the job, so the id cannot be reused
-#: while cached): the believed runtime and the expected end last worked out, for one runtime
-#: estimate at a time.
-_end_cache: dict[int, list] = {}
-_end_cache_estimate: list[RuntimeEstimate | None] = [None]
-
-
-def _expected_releases(running: Sequence[RunningJob], now_s: float,
-                       runtime_s: RuntimeEstimate) -> list[tuple[float, Mapping[str, int]]]:
+def _expected_releases(running: Sequence[RunningJob], now_s: float, runtime_s: RuntimeEstimate,
+                       memo: DispatchMemo | None) -> list[tuple[float, Mapping[str, int]]]:
     """(expected end, accelerators per node) of each running job, as ``expected_end_s`` gives.
 
-    Remembered across decisions: the running set changes by a job or two between
-    reservations, a job's estimate not at all, and its expected end only when reached.
+    Remembered across decisions in the memo: the running set changes by a job or two between
+    reservations, a job's estimate not at all, and its expected end only when reached (the
+    doubled estimate is then the same as worked out afresh).
     """
-    global _end_cache
-    if _end_cache_estimate[0] != runtime_s or len(_end_cache) > 4 * len(running) + 1024:
-        _end_cache = {}
-        _end_cache_estimate[0] = runtime_s
-    cache = _end_cache
+    if memo is None:
+        out = []
+        for r in running:
+            out.append((expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), r.placement.node_counts))
+        return out
+    if memo.expected_ends_estimate != runtime_s or len(memo.expected_ends) > 4 * len(running) + 1024:
+        memo.expected_ends = {}
+        memo.expected_ends_estimate = runtime_s
+    cache = memo.expected_ends
     out: list[tuple[float, Mapping[str, int]]] = []
     for r in running:
         entry = cache.get(id(r))
@@ -409,10 +444,6 @@ def _expected_releases(running: Sequence[RunningJob], now_s: float,
             entry[2] = expected_end_s(r, now_s, entry[1])
         out.append((entry[2], r.placement.node_counts))
     return out
-
-
-#: One-entry cache of ``_reserve``: (inputs, valid until, answer).
-_last_reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
 
 
 def _same_inputs(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
@@ -439,6 +470,7 @@ def dispatch(
     runtime_s: RuntimeEstimate,
     alpha_min_s: Callable[[Job], float],
     first_blocked_s: dict[str, float],
+    memo: DispatchMemo | None = None,
 ) -> DispatchResult:
     """Walk ``queue`` (most urgent first) and decide what starts now and what is held.
 
@@ -447,18 +479,18 @@ def dispatch(
     communication-heavy job was first held; the caller keeps it between cycles (it is part of
     the policy state).
 
-    A walk that started nothing is remembered: asked again with the same node and running
-    tuples, the same jobs at the front of the queue and before anything it depended on
-    expires (a hold's deadline, the reservation's first expected end), it gives the same
+    ``memo`` (the caller's, kept between calls; see :class:`DispatchMemo`) only saves work.
+    With it, a walk that started nothing is remembered: asked again with the same node and
+    running tuples, the same jobs at the front of the queue and before anything it depended
+    on expires (a hold's deadline, the reservation's first expected end), it gives the same
     answer without walking. A simulator asks at every arrival, and an arrival that joins the
-    back of a long queue changes nothing. One walk is kept per ``options`` object, so two
-    callers that alternate (a policy and the simulator's Slurm model) keep theirs.
+    back of a long queue changes nothing.
     """
-    memo = _last_walks.get(id(options))
+    last = memo.walk if memo is not None else None
     queue = iter(queue)
-    if memo is not None and now_s < memo.valid_until_s and memo.same_inputs(snapshot, options, speed, runtime_s):
+    if last is not None and now_s < last.valid_until_s and last.same_inputs(snapshot, options, speed, runtime_s):
         pulled: list[Job] = []
-        for expected in memo.examined:
+        for expected in last.examined:
             job = next(queue, None)
             if job is None:
                 break
@@ -467,22 +499,20 @@ def dispatch(
                 break
         else:
             # All the same so far; a walk that ran out of queue must run out again.
-            extra = None if memo.stopped_early else next(queue, None)
+            extra = None if last.stopped_early else next(queue, None)
             if extra is None:
-                return memo.replay()
+                return last.replay()
             pulled.append(extra)
         queue = chain(pulled, queue)
     result, examined, stopped_early, valid_until_s = _walk(
         queue, snapshot, now_s, speed=speed, options=options, runtime_s=runtime_s,
-        alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s,
+        alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s, memo=memo,
     )
-    _last_walks.pop(id(options), None)
-    if not result.starts:
-        if len(_last_walks) >= _WALKS_KEPT:
-            _last_walks.clear()
-        # The entry holds ``options``, so its id cannot be reused while it is kept.
-        _last_walks[id(options)] = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
-                                         tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
+    if memo is not None:
+        memo.walk = None if result.starts else _Walk(
+            snapshot.nodes, snapshot.running, options, speed, runtime_s,
+            tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result,
+        )
     return result
 
 
@@ -522,11 +552,6 @@ class _Walk:
         return again
 
 
-#: The last walk that started nothing, per ``id(options)`` (at most ``_WALKS_KEPT``).
-_last_walks: dict[int, _Walk] = {}
-_WALKS_KEPT = 4
-
-
 def _walk(
     queue: Iterator[Job],
     snapshot: ClusterSnapshot,
@@ -537,11 +562,12 @@ def _walk(
     runtime_s: RuntimeEstimate,
     alpha_min_s: Callable[[Job], float],
     first_blocked_s: dict[str, float],
+    memo: DispatchMemo | None,
 ) -> tuple[DispatchResult, list[Job], bool, float]:
     """The walk itself; also returns the jobs it examined, whether it stopped before the end
     of the queue, and until when its reservation holds."""
     result = DispatchResult()
-    free = FreeCapacity.of(snapshot.nodes)
+    free = FreeCapacity.of(snapshot.nodes, memo)
     started: list[tuple[Placement, float]] = []
     reservation: _Reservation | None = None
     #: ``free`` with the reservation's accelerators taken out: what a job that would still be
@@ -604,7 +630,7 @@ def _walk(
             # could still run when the head might start (a job believed to take no time ends
             # before any running job's expected end, hence before any reservation).
             reserve_tried = True
-            reservation, valid_until_s = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s)
+            reservation, valid_until_s = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s, memo)
             if reservation is not None:
                 result.reasons.note(
                     blocked_head.job_id,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.dispatch import DispatchMemo, DispatchOptions, dispatch
 from asrpt.core.model import ClusterSnapshot, Job, LazyOrder, Node, Partition, Placement
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import id_sort_key
@@ -51,6 +51,8 @@ class SlurmScheduler:
         self.partitions = tuple(partitions)
         self.speed = speed
         self.options = DispatchOptions(mode="backfill", comm_heavy_tau=0.0, backfill_depth=depth)
+        #: What the passes reuse between events (the policy keeps its own).
+        self.dispatch_memo: DispatchMemo | None = DispatchMemo()
         #: Pending jobs per (allowed partitions, allowed accelerators, accelerators): how many,
         #: and the partitions such a job may use.
         self._counts: dict[tuple[tuple[str, ...], tuple[str, ...], int], int] = {}
@@ -107,6 +109,7 @@ class SlurmScheduler:
             runtime_s=time_limit_runtime_s,
             alpha_min_s=_no_ideal_s,
             first_blocked_s={},
+            memo=self.dispatch_memo,
         )
         return result.starts
 

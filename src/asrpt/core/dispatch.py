@@ -147,8 +147,30 @@ class FreeCapacity:
             return cls(nodes)
         cached = memo.capacity
         if cached is None or cached[0] is not nodes:
-            cached = memo.capacity = (nodes, cls(nodes, memo.node_variants))
+            built = None if cached is None else cached[1]._changed_to(cached[0], nodes)
+            cached = memo.capacity = (nodes, built if built is not None else cls(nodes, memo.node_variants))
         return cached[1].copy()
+
+    def _changed_to(self, old: tuple[Node, ...], new: tuple[Node, ...]) -> "FreeCapacity | None":
+        """The capacity of ``new`` made from this one (of ``old``) by applying the free counts
+        that changed (a backend rebuilds its tuple reusing the nodes that did not change);
+        None unless ``new`` is ``old``'s nodes in the same order with other free counts."""
+        if len(old) != len(new):
+            return None
+        twin = self.copy()
+        for before, after in zip(old, new):
+            if before is after:
+                continue
+            if before.name != after.name or not _same_node(before, after):
+                return None
+            if before.accelerators_free != after.accelerators_free:
+                twin._own_histograms()
+                twin._set_free(twin._current[before.name], after.accelerators_free)
+            twin._current[after.name] = after
+        twin._cache = None
+        twin._fits = {}
+        twin._allowed = {}  # worked out again against this decision's partitions
+        return twin
 
     def nodes(self) -> tuple[Node, ...]:
         """Every node with its current free count. Busy nodes are kept: placement reads a
@@ -294,8 +316,8 @@ class DispatchMemo:
         #: (inputs, valid until, answer) of the last reservation made with nothing started.
         self.reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
         #: Per running job object, by ``id`` (the entry holds the job, so the id cannot be
-        #: reused while kept): [job, believed runtime, expected end last worked out], for the
-        #: runtime estimate ``expected_ends_estimate``.
+        #: reused while kept): [job, believed runtime, (expected end last worked out,
+        #: accelerators per node)], for the runtime estimate ``expected_ends_estimate``.
         self.expected_ends: dict[int, list] = {}
         self.expected_ends_estimate: RuntimeEstimate | None = None
         #: (node tuple, capacity built from it).
@@ -380,7 +402,7 @@ def _reserve(
             return (None if found is None else found.copy()), cached[1]
     releases = _expected_releases(snapshot.running, now_s, runtime_s, memo)
     releases += [(end_s, p.node_counts) for p, end_s in started]
-    releases.sort(key=lambda item: item[0])
+    releases.sort(key=_end_of)
     found: _Reservation | None = None
     future = free.copy()
     # Count what each allowed partition gets back (cheap) and hand the nodes back only once
@@ -417,6 +439,10 @@ def _reserve(
     return found, valid_until_s
 
 
+def _end_of(release: tuple[float, Mapping[str, int]]) -> float:
+    return release[0]
+
+
 def _expected_releases(running: Sequence[RunningJob], now_s: float, runtime_s: RuntimeEstimate,
                        memo: DispatchMemo | None) -> list[tuple[float, Mapping[str, int]]]:
     """(expected end, accelerators per node) of each running job, as ``expected_end_s`` gives.
@@ -425,8 +451,8 @@ def _expected_releases(running: Sequence[RunningJob], now_s: float, runtime_s: R
     reservations, a job's estimate not at all, and its expected end only when reached (the
     doubled estimate is then the same as worked out afresh).
     """
+    out: list[tuple[float, Mapping[str, int]]] = []
     if memo is None:
-        out = []
         for r in running:
             out.append((expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), r.placement.node_counts))
         return out
@@ -434,15 +460,16 @@ def _expected_releases(running: Sequence[RunningJob], now_s: float, runtime_s: R
         memo.expected_ends = {}
         memo.expected_ends_estimate = runtime_s
     cache = memo.expected_ends
-    out: list[tuple[float, Mapping[str, int]]] = []
+    append = out.append
     for r in running:
+        # entry: [job, believed runtime, (expected end, accelerators per node)]
         entry = cache.get(id(r))
         if entry is None or entry[0] is not r:
             runtime = runtime_s(r.job, r.placement.iteration_time_s)
-            entry = cache[id(r)] = [r, runtime, expected_end_s(r, now_s, runtime)]
-        elif entry[2] <= now_s:
-            entry[2] = expected_end_s(r, now_s, entry[1])
-        out.append((entry[2], r.placement.node_counts))
+            entry = cache[id(r)] = [r, runtime, (expected_end_s(r, now_s, runtime), r.placement.node_counts)]
+        elif entry[2][0] <= now_s:
+            entry[2] = (expected_end_s(r, now_s, entry[1]), r.placement.node_counts)
+        append(entry[2])
     return out
 
 

@@ -179,6 +179,15 @@ class FreeCapacity:
             self._cache = tuple(self._current.values())
         return self._cache
 
+    def node(self, node_name: str) -> Node | None:
+        """The node called ``node_name`` with its current free count."""
+        return self._current.get(node_name)
+
+    def nodes_with_free(self, partition: str, at_least: int) -> int:
+        """How many of ``partition``'s nodes have ``at_least`` accelerators free."""
+        histogram = self._nodes_by_free.get(partition)
+        return 0 if histogram is None else sum(histogram[at_least:])
+
     def partition_of(self, node_name: str) -> str | None:
         node = self._current.get(node_name)
         return None if node is None else node.partition
@@ -404,31 +413,19 @@ def _reserve(
     releases += [(end_s, p.node_counts) for p, end_s in started]
     releases.sort(key=_end_of)
     found: _Reservation | None = None
-    future = free.copy()
-    # Count what each allowed partition gets back (cheap) and hand the nodes back only once
-    # one could hold the head: a wide head may wait for dozens of ends.
     # Where best_placement can put the head: allowed partitions of an accelerator we can time.
     placeable = tuple(p.name for p in snapshot.partitions if head.allows(p) and speed.knows(p.accelerator))
-    room = {name: future.free_by_partition.get(name, 0) for name in placeable}
-    g = head.accelerators
-    returned: list[Mapping[str, int]] = []
-    for end_s, counts in releases:
+    ends = _FirstFit(head, free, placeable)
+    for index, (end_s, counts) in enumerate(releases):
         if math.isinf(end_s):
             break
-        returned.append(counts)
-        for name, count in counts.items():
-            partition = future.partition_of(name)
-            if partition in room:
-                room[partition] += count
-        if not room or max(room.values()) < g:
-            continue
-        for each in returned:
-            future.give(each)
-        returned.clear()
         # Placement finds the head a place wherever its partition holds its shape (enough
         # free for a spread request, n nodes with k free for n x k), so the head starts here;
         # where exactly is worked out only if someone asks.
-        if any(future.fits_in(name, head) for name in placeable):
+        if ends.returned_fits(counts):
+            future = free.copy()
+            for _, returned in releases[:index + 1]:
+                future.give(returned)
             found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
             break
     valid_until_s = releases[0][0] if releases else math.inf
@@ -437,6 +434,50 @@ def _reserve(
         if found is not None:
             found = found.copy()
     return found, valid_until_s
+
+
+class _FirstFit:
+    """Accelerators handed back to ``free`` one release at a time, counted only as far as
+    ``FreeCapacity.fits_in`` would read them for ``head``: free per partition (capped at each
+    node's size, as ``give`` caps) and, for an ``n x k`` request, how many nodes have ``k``
+    free. Much cheaper than giving each release back to a copy of the capacity, and the
+    same answer; the copy is made once, for the release at which the head fits."""
+
+    __slots__ = ("free", "g", "free_by_partition", "request", "wide_nodes", "node_free")
+
+    def __init__(self, head: Job, free: FreeCapacity, placeable: Sequence[str]) -> None:
+        self.free = free
+        self.g = head.parallel.workers
+        self.free_by_partition = {name: free.free_by_partition.get(name, 0) for name in placeable}
+        #: Per placeable partition, the head's request there (None: spread).
+        self.request = {name: head.request_shape.on(self.g, free.node_size.get(name, 0)) for name in placeable}
+        #: Per partition with an ``n x k`` request, how many of its nodes have ``k`` free.
+        self.wide_nodes = {name: free.nodes_with_free(name, request[1])
+                           for name, request in self.request.items() if request is not None}
+        #: Free count of every node a release touched so far.
+        self.node_free: dict[str, int] = {}
+
+    def returned_fits(self, counts: Mapping[str, int]) -> bool:
+        """Hand ``counts`` back; whether the head now fits some placeable partition."""
+        free_by_partition, node_free, free = self.free_by_partition, self.node_free, self.free
+        for name, count in counts.items():
+            node = free.node(name)
+            if node is None or node.partition not in free_by_partition:
+                continue
+            before = node_free.get(name, node.accelerators_free)
+            after = min(before + count, node.accelerators_total)
+            node_free[name] = after
+            free_by_partition[node.partition] += after - before
+            request = self.request[node.partition]
+            if request is not None and before < request[1] <= after:
+                self.wide_nodes[node.partition] += 1
+        g = self.g
+        for name, free_there in free_by_partition.items():
+            if free_there >= g:
+                request = self.request[name]
+                if request is None or self.wide_nodes[name] >= request[0]:
+                    return True
+        return False
 
 
 def _end_of(release: tuple[float, Mapping[str, int]]) -> float:

@@ -148,7 +148,13 @@ class FreeCapacity:
         cached = memo.capacity
         if cached is None or cached[0] is not nodes:
             built = None if cached is None else cached[1]._changed_to(cached[0], nodes)
-            cached = memo.capacity = (nodes, built if built is not None else cls(nodes, memo.node_variants))
+            if built is None:
+                built = cls(nodes, memo.node_variants)
+            if len(built._current) == len(nodes):
+                # It holds exactly these node objects in this order: hand out the tuple itself,
+                # so placement's grouping of it is shared with the caller's own look-ups.
+                built._cache = nodes
+            cached = memo.capacity = (nodes, built)
         return cached[1].copy()
 
     def _changed_to(self, old: tuple[Node, ...], new: tuple[Node, ...]) -> "FreeCapacity | None":

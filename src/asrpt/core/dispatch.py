@@ -211,7 +211,10 @@ class FreeCapacity:
         gang never spans partitions). The answer per (restriction, shape, size) is kept until
         the capacity changes, so a long queue of jobs that cannot start costs a dictionary
         lookup each."""
-        key = (job.allowed_partitions, job.allowed_accelerators, job.request_shape, job.parallel.workers)
+        shape, parallel = job.request_shape, job.parallel
+        # (the shape's fields, not the shape: a frozen dataclass hashes all of them every time)
+        key = (job.allowed_partitions, job.allowed_accelerators, shape.nodes, shape.per_node, shape.spread,
+               parallel.data * parallel.pipeline * parallel.tensor)
         answer = self._fits.get(key)
         if answer is None:
             answer = self._fits[key] = any(self.fits_in(name, job) for name in self.allowed_names(partitions, job))

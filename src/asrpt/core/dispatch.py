@@ -264,6 +264,16 @@ class FreeCapacity:
         self._cache = None
         self._fits.clear()
 
+    def set_free(self, free_by_node: Mapping[str, int]) -> None:
+        """Give these nodes exactly these free counts."""
+        self._own_histograms()
+        for name, count in free_by_node.items():
+            node = self._current[name]
+            if node.accelerators_free != count:
+                self._set_free(node, count)
+        self._cache = None
+        self._fits.clear()
+
     def give(self, counts: Mapping[str, int]) -> None:
         self._own_histograms()
         for name, count in counts.items():
@@ -425,16 +435,17 @@ def _reserve(
     # Where best_placement can put the head: allowed partitions of an accelerator we can time.
     placeable = tuple(p.name for p in snapshot.partitions if head.allows(p) and speed.knows(p.accelerator))
     ends = _FirstFit(head, free, placeable)
-    for index, (end_s, counts) in enumerate(releases):
+    for end_s, counts in releases:
         if math.isinf(end_s):
             break
         # Placement finds the head a place wherever its partition holds its shape (enough
         # free for a spread request, n nodes with k free for n x k), so the head starts here;
         # where exactly is worked out only if someone asks.
         if ends.returned_fits(counts):
+            # Only the head's placeable partitions matter to where it goes (best_placement
+            # looks nowhere else), and those are exactly the nodes counted so far.
             future = free.copy()
-            for _, returned in releases[:index + 1]:
-                future.give(returned)
+            future.set_free(ends.node_free)
             found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
             break
     valid_until_s = releases[0][0] if releases else math.inf
@@ -463,7 +474,7 @@ class _FirstFit:
         #: Per partition with an ``n x k`` request, how many of its nodes have ``k`` free.
         self.wide_nodes = {name: free.nodes_with_free(name, request[1])
                            for name, request in self.request.items() if request is not None}
-        #: Free count of every node a release touched so far.
+        #: Free count of every node of a placeable partition a release touched so far.
         self.node_free: dict[str, int] = {}
 
     def returned_fits(self, counts: Mapping[str, int]) -> bool:

@@ -161,8 +161,8 @@ class FreeCapacity:
         """The capacity of ``new`` made from this one (of ``old``) by applying the free counts
         that changed (a backend rebuilds its tuple reusing the nodes that did not change);
         None unless ``new`` is ``old``'s nodes in the same order with other free counts."""
-        if len(old) != len(new):
-            return None
+        if len(old) != len(new) or len(self._current) != len(old):
+            return None  # (the second: names repeat in the tuple; start afresh)
         twin = self.copy()
         for before, after in zip(old, new):
             if before is after:

@@ -91,21 +91,24 @@ def _schedule(result):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data(), policy_name=st.sampled_from(sorted(POLICIES)))
-def test_remembered_walks_and_reservations_change_no_schedule(data, policy_name, monkeypatch):
-    """The dispatcher reuses a walk that started nothing and a reservation while their inputs
-    are the same objects; with both turned off every job starts and ends exactly as before."""
-    import asrpt.core.dispatch as dispatch_module
+def test_dispatch_memo_changes_no_schedule(data, policy_name, monkeypatch):
+    """The policy's and the Slurm model's dispatch memos (remembered walks, reservations,
+    expected ends, capacities) only save work: without any memo every job starts and ends
+    exactly as before, on the same nodes."""
+    import asrpt.sim.slurmctld as slurmctld_module
 
     partitions, nodes = data.draw(clusters())
     jobs = [j for j in data.draw(workloads(partitions)) if not math.isinf(alpha_min_s(j, partitions, nodes, SPEED))]
     if not jobs:
         return
-    remembered = simulate(jobs, partitions, nodes, make_policy(policy_name, SPEED), GroupHistoryPredictions())
+    remembered = simulate(jobs, partitions, nodes, make_policy(policy_name, SPEED), GroupHistoryPredictions(), keep_events=True)
+    forgetful = make_policy(policy_name, SPEED)
+    forgetful.dispatch_memo = None
     with monkeypatch.context() as patched:
-        patched.setattr(dispatch_module._Walk, "same_inputs", lambda *args, **kwargs: False)
-        patched.setattr(dispatch_module, "_same_inputs", lambda *args, **kwargs: False)
-        recomputed = simulate(jobs, partitions, nodes, make_policy(policy_name, SPEED), GroupHistoryPredictions())
+        patched.setattr(slurmctld_module, "DispatchMemo", lambda: None)
+        recomputed = simulate(jobs, partitions, nodes, forgetful, GroupHistoryPredictions(), keep_events=True)
     assert _schedule(remembered) == _schedule(recomputed)
+    assert remembered.events == recomputed.events
     assert remembered.decisions == recomputed.decisions
 
 

@@ -7,8 +7,6 @@ over and in what they believe a job's runtime to be; the placement and the rules
 
 from __future__ import annotations
 
-import bisect
-import functools
 import math
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -94,18 +92,23 @@ def expected_end_s(running: RunningJob, now_s: float, runtime_s: float) -> float
 class FreeCapacity:
     """Free accelerators per node during one decision; starts are subtracted as they happen.
 
-    Counts live in a dictionary; ``Node`` objects with the current counts are made only when a
-    placement asks for them (``nodes()``), since most examined jobs are answered by ``fits``.
+    Each node is held as a ``Node`` with its current free count (made once per (node, count)
+    and reused: few counts recur), so ``nodes()`` for a placement is one tuple of them.
     ``fits`` knows allocation shapes (:class:`~asrpt.core.model.RequestShape`): a job of
     ``n x k`` fits a partition only if ``n`` of its nodes have ``k`` free each, exactly what
-    placement will look for, so a job that fits always gets a placement.
+    placement will look for, so a job that fits always gets a placement. That question is
+    answered from a per-partition histogram (how many nodes have exactly f free), kept up to
+    date by every change, so it costs at most a node size's worth of additions.
     """
 
-    def __init__(self, nodes: Sequence[Node]) -> None:
-        self._base: dict[str, Node] = {n.name: n for n in nodes}
-        self._free: dict[str, int] = {n.name: n.accelerators_free for n in nodes}
-        #: Every node with its current free count, kept up to date by take/give/capped.
-        self._current: dict[str, Node] = dict(self._base)
+    def __init__(self, nodes: Sequence[Node], node_variants: dict[str, list[Node | None]] | None = None) -> None:
+        """``node_variants``: where to keep the ``Node`` made for each (node, free count), to
+        reuse across decisions (a :class:`DispatchMemo`'s); by default this capacity's own."""
+        #: Every node with its current free count.
+        self._current: dict[str, Node] = {n.name: n for n in nodes}
+        #: Per node name, the ``Node`` for each free count made so far (shared by copies);
+        #: entry 0 is the node as first seen, to tell a different node of the same name.
+        self._variants: dict[str, list[Node | None]] = {} if node_variants is None else node_variants
         self.free_by_partition: dict[str, int] = {}
         #: Per partition, its largest node (the ``s`` derived shapes are worked out for).
         self.node_size: dict[str, int] = {}
@@ -122,24 +125,58 @@ class FreeCapacity:
                 free_by_partition[partition] = n.accelerators_free
                 node_size[partition] = n.accelerators_total
                 members[partition] = [n.name]
+        #: Per partition, ``nodes_by_free[partition][f]``: how many of its nodes have f free.
+        # (a Node's free count is within 0..its size, so within 0..the partition's node size)
+        self._nodes_by_free: dict[str, list[int]] = {name: [0] * (size + 1) for name, size in node_size.items()}
+        for n in nodes:
+            self._nodes_by_free[n.partition][n.accelerators_free] += 1
+        #: Whether ``_nodes_by_free`` is shared with a copy (copied before the first change).
+        self._histograms_shared = False
         self.free_total = sum(free_by_partition.values())
         self._cache: tuple[Node, ...] | None = None
         self._allowed: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
         #: Per (restriction, request shape, accelerators), whether the job fits (until a change).
         self._fits: dict[tuple[object, ...], bool] = {}
-        #: Per partition, its nodes' free counts in ascending order (built on demand, dropped
-        #: when one of its nodes changes).
-        self._sorted_free: dict[str, list[int]] = {}
 
     @classmethod
-    def of(cls, nodes: tuple[Node, ...]) -> "FreeCapacity":
-        """A fresh capacity for ``nodes``, copied from one built once per node tuple (the
-        simulator hands the same tuple to every decision until a job starts or ends)."""
-        global _last_capacity
-        cached = _last_capacity
+    def of(cls, nodes: tuple[Node, ...], memo: "DispatchMemo | None" = None) -> "FreeCapacity":
+        """A fresh capacity for ``nodes``; with a memo, copied from one built once per node
+        tuple (the simulator hands the same tuple to every decision until a job starts or
+        ends)."""
+        if memo is None:
+            return cls(nodes)
+        cached = memo.capacity
         if cached is None or cached[0] is not nodes:
-            cached = _last_capacity = (nodes, cls(nodes))
+            built = None if cached is None else cached[1]._changed_to(cached[0], nodes)
+            if built is None:
+                built = cls(nodes, memo.node_variants)
+            if len(built._current) == len(nodes):
+                # It holds exactly these node objects in this order: hand out the tuple itself,
+                # so placement's grouping of it is shared with the caller's own look-ups.
+                built._cache = nodes
+            cached = memo.capacity = (nodes, built)
         return cached[1].copy()
+
+    def _changed_to(self, old: tuple[Node, ...], new: tuple[Node, ...]) -> "FreeCapacity | None":
+        """The capacity of ``new`` made from this one (of ``old``) by applying the free counts
+        that changed (a backend rebuilds its tuple reusing the nodes that did not change);
+        None unless ``new`` is ``old``'s nodes in the same order with other free counts."""
+        if len(old) != len(new) or len(self._current) != len(old):
+            return None  # (the second: names repeat in the tuple; start afresh)
+        twin = self.copy()
+        for before, after in zip(old, new):
+            if before is after:
+                continue
+            if before.name != after.name or not _same_node(before, after):
+                return None
+            if before.accelerators_free != after.accelerators_free:
+                twin._own_histograms()
+                twin._set_free(twin._current[before.name], after.accelerators_free)
+            twin._current[after.name] = after
+        twin._cache = None
+        twin._fits = {}
+        twin._allowed = {}  # worked out again against this decision's partitions
+        return twin
 
     def nodes(self) -> tuple[Node, ...]:
         """Every node with its current free count. Busy nodes are kept: placement reads a
@@ -148,8 +185,17 @@ class FreeCapacity:
             self._cache = tuple(self._current.values())
         return self._cache
 
+    def node(self, node_name: str) -> Node | None:
+        """The node called ``node_name`` with its current free count."""
+        return self._current.get(node_name)
+
+    def nodes_with_free(self, partition: str, at_least: int) -> int:
+        """How many of ``partition``'s nodes have ``at_least`` accelerators free."""
+        histogram = self._nodes_by_free.get(partition)
+        return 0 if histogram is None else sum(histogram[at_least:])
+
     def partition_of(self, node_name: str) -> str | None:
-        node = self._base.get(node_name)
+        node = self._current.get(node_name)
         return None if node is None else node.partition
 
     def allowed_names(self, partitions: Sequence[Partition], job: Job) -> tuple[str, ...]:
@@ -165,7 +211,10 @@ class FreeCapacity:
         gang never spans partitions). The answer per (restriction, shape, size) is kept until
         the capacity changes, so a long queue of jobs that cannot start costs a dictionary
         lookup each."""
-        key = (job.allowed_partitions, job.allowed_accelerators, job.request_shape, job.parallel.workers)
+        shape, parallel = job.request_shape, job.parallel
+        # (the shape's fields, not the shape: a frozen dataclass hashes all of them every time)
+        key = (job.allowed_partitions, job.allowed_accelerators, shape.nodes, shape.per_node, shape.spread,
+               parallel.data * parallel.pipeline * parallel.tensor)
         answer = self._fits.get(key)
         if answer is None:
             answer = self._fits[key] = any(self.fits_in(name, job) for name in self.allowed_names(partitions, job))
@@ -181,87 +230,127 @@ class FreeCapacity:
         if request is None:
             return True
         n, k = request
-        counts = self._sorted_free.get(partition)
-        if counts is None:
-            free = self._free
-            counts = self._sorted_free[partition] = sorted(free[name] for name in self._members.get(partition, ()))
-        return len(counts) - bisect.bisect_left(counts, k) >= n
+        return sum(self._nodes_by_free[partition][k:]) >= n
 
-    def _changed(self, partitions: Iterable[str]) -> None:
-        self._cache = None
-        self._fits.clear()
-        for partition in partitions:
-            self._sorted_free.pop(partition, None)
+    def _set_free(self, node: Node, new: int) -> None:
+        """Make ``node`` (as currently held) have ``new`` free."""
+        old, partition = node.accelerators_free, node.partition
+        variants = self._variants.get(node.name)
+        if variants is None or not _same_node(variants[0], node):
+            variants = self._variants[node.name] = [node] + [None] * (node.accelerators_total + 1)
+        current = variants[new + 1]
+        if current is None:
+            current = variants[new + 1] = replace(node, accelerators_free=new)
+        self._current[node.name] = current
+        histogram = self._nodes_by_free[partition]
+        histogram[old] -= 1
+        histogram[new] += 1
+        self.free_by_partition[partition] += new - old
+        self.free_total += new - old
+
+    def _own_histograms(self) -> None:
+        """Copy the histograms before the first change (a copy shares them until then)."""
+        if self._histograms_shared:
+            self._nodes_by_free = {name: list(counts) for name, counts in self._nodes_by_free.items()}
+            self._histograms_shared = False
 
     def take(self, placement: Placement) -> None:
+        self._own_histograms()
         for name, count in placement.node_counts.items():
-            free = self._free[name]
-            if count > free:
+            node = self._current[name]
+            if count > node.accelerators_free:
                 raise ValueError(f"placement of {placement.job_id} oversubscribes node {name}")
-            self._free[name] = free - count
-            self._current[name] = _with_free(self._base[name], free - count)
-            self.free_by_partition[self._base[name].partition] -= count
-            self.free_total -= count
-        self._changed({self._base[name].partition for name in placement.node_counts})
+            self._set_free(node, node.accelerators_free - count)
+        self._cache = None
+        self._fits.clear()
+
+    def set_free(self, free_by_node: Mapping[str, int]) -> None:
+        """Give these nodes exactly these free counts."""
+        self._own_histograms()
+        for name, count in free_by_node.items():
+            node = self._current[name]
+            if node.accelerators_free != count:
+                self._set_free(node, count)
+        self._cache = None
+        self._fits.clear()
 
     def give(self, counts: Mapping[str, int]) -> None:
-        touched: set[str] = set()
+        self._own_histograms()
         for name, count in counts.items():
-            node = self._base.get(name)
+            node = self._current.get(name)
             if node is None:
                 continue
-            free = self._free[name]
-            freed = min(free + count, node.accelerators_total)
-            self.free_by_partition[node.partition] += freed - free
-            self.free_total += freed - free
-            self._free[name] = freed
-            self._current[name] = _with_free(node, freed)
-            touched.add(node.partition)
-        self._changed(touched)
+            self._set_free(node, min(node.accelerators_free + count, node.accelerators_total))
+        self._cache = None
+        self._fits.clear()
 
     def capped(self, partition: str, cap_by_node: Mapping[str, int]) -> "FreeCapacity":
         """This capacity with ``partition``'s nodes limited to ``cap_by_node`` (the spare
         accelerators a reservation leaves to jobs that would still run at its start)."""
         twin = self.copy()
         twin._fits = {}
-        twin._sorted_free.pop(partition, None)
+        twin._own_histograms()
         for name in self._members.get(partition, ()):
-            free = self._free[name]
+            node = self._current[name]
+            free = node.accelerators_free
             if free <= 0:
                 continue  # only nodes with something free can lose anything
             allowed = max(min(free, cap_by_node.get(name, 0)), 0)
             if allowed != free:
-                twin._free[name] = allowed
-                twin._current[name] = _with_free(self._base[name], allowed)
-                twin.free_by_partition[partition] -= free - allowed
-                twin.free_total -= free - allowed
+                twin._set_free(node, allowed)
                 twin._cache = None
         return twin
 
     def copy(self) -> "FreeCapacity":
         twin = FreeCapacity.__new__(FreeCapacity)
-        twin._base = self._base
-        twin._free = dict(self._free)
         twin._current = dict(self._current)
+        twin._variants = self._variants
         twin.free_by_partition = dict(self.free_by_partition)
         twin.node_size = self.node_size
         twin._members = self._members
+        twin._nodes_by_free = self._nodes_by_free
+        twin._histograms_shared = True
+        self._histograms_shared = True
         twin.free_total = self.free_total
         twin._cache = self._cache
         twin._allowed = self._allowed
         twin._fits = dict(self._fits)
-        twin._sorted_free = dict(self._sorted_free)
         return twin
 
 
-#: One-entry cache of ``FreeCapacity.of``: (node tuple, capacity built from it).
-_last_capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
+def _same_node(a: Node | None, b: Node) -> bool:
+    """The same node but for its free count."""
+    return (a is not None and a.partition == b.partition and a.accelerator == b.accelerator
+            and a.accelerators_total == b.accelerators_total)
 
 
-@functools.lru_cache(maxsize=65536)
-def _with_free(node: Node, free: int) -> Node:
-    """``node`` with ``free`` accelerators free (cached: few distinct counts per node recur)."""
-    return node if node.accelerators_free == free else replace(node, accelerators_free=free)
+class DispatchMemo:
+    """What one caller's successive dispatches may reuse: the last walk that started nothing,
+    the last reservation, each running job's expected end, the capacity of the last node
+    tuple and the ``Node`` made for each (node, free count).
+
+    The caller owns it and passes it in: one per policy instance, one for the simulator's
+    Slurm model, so two callers that alternate never evict each other's entries. Every entry
+    is used only while the inputs it came from are the same objects (frozen tuples a backend
+    reuses while nothing changed) and before anything it depended on expires, so a dispatch
+    gives the same answer with a memo as without one (property-tested); the memo only saves
+    work.
+    """
+
+    __slots__ = ("walk", "reservation", "expected_ends", "expected_ends_estimate", "capacity", "node_variants")
+
+    def __init__(self) -> None:
+        self.walk: _Walk | None = None
+        #: (inputs, valid until, answer) of the last reservation made with nothing started.
+        self.reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
+        #: Per running job object, by ``id`` (the entry holds the job, so the id cannot be
+        #: reused while kept): [job, believed runtime, (expected end last worked out,
+        #: accelerators per node)], for the runtime estimate ``expected_ends_estimate``.
+        self.expected_ends: dict[int, list] = {}
+        self.expected_ends_estimate: RuntimeEstimate | None = None
+        #: (node tuple, capacity built from it).
+        self.capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
+        self.node_variants: dict[str, list[Node | None]] = {}
 
 
 class _ReservedPlace:
@@ -322,94 +411,127 @@ def _reserve(
     now_s: float,
     speed: SpeedTable,
     runtime_s: RuntimeEstimate,
+    memo: DispatchMemo | None = None,
 ) -> tuple[_Reservation | None, float]:
     """Earliest start of ``head`` as running jobs end by their estimates (EASY backfill), and
     until when that answer holds if nothing else changes (the first expected end).
 
     With nothing started yet this decision, the answer depends only on the head, the node and
     running tuples and the estimates, and stays the same until ``now_s`` reaches the first
-    expected end: a simulator asks again at every arrival, so the last answer is kept.
+    expected end: a simulator asks again at every arrival, so the last answer is kept in the
+    memo.
     """
-    global _last_reservation
     key: tuple[object, ...] | None = None
-    if not started:
+    if not started and memo is not None:
         key = (head, snapshot.nodes, snapshot.running, speed, runtime_s)
-        cached = _last_reservation
+        cached = memo.reservation
         if cached is not None and now_s < cached[1] and _same_inputs(cached[0], key):
             found = cached[2]
             return (None if found is None else found.copy()), cached[1]
-    releases = _expected_releases(snapshot.running, now_s, runtime_s)
+    releases = _expected_releases(snapshot.running, now_s, runtime_s, memo)
     releases += [(end_s, p.node_counts) for p, end_s in started]
-    releases.sort(key=lambda item: item[0])
+    releases.sort(key=_end_of)
     found: _Reservation | None = None
-    future = free.copy()
-    # Count what each allowed partition gets back (cheap) and hand the nodes back only once
-    # one could hold the head: a wide head may wait for dozens of ends.
     # Where best_placement can put the head: allowed partitions of an accelerator we can time.
     placeable = tuple(p.name for p in snapshot.partitions if head.allows(p) and speed.knows(p.accelerator))
-    room = {name: future.free_by_partition.get(name, 0) for name in placeable}
-    g = head.accelerators
-    returned: list[Mapping[str, int]] = []
+    ends = _FirstFit(head, free, placeable)
     for end_s, counts in releases:
         if math.isinf(end_s):
             break
-        returned.append(counts)
-        for name, count in counts.items():
-            partition = future.partition_of(name)
-            if partition in room:
-                room[partition] += count
-        if not room or max(room.values()) < g:
-            continue
-        for each in returned:
-            future.give(each)
-        returned.clear()
         # Placement finds the head a place wherever its partition holds its shape (enough
         # free for a spread request, n nodes with k free for n x k), so the head starts here;
         # where exactly is worked out only if someone asks.
-        if any(future.fits_in(name, head) for name in placeable):
+        if ends.returned_fits(counts):
+            # Only the head's placeable partitions matter to where it goes (best_placement
+            # looks nowhere else), and those are exactly the nodes counted so far.
+            future = free.copy()
+            future.set_free(ends.node_free)
             found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
             break
     valid_until_s = releases[0][0] if releases else math.inf
-    if key is not None:
-        _last_reservation = (key, valid_until_s, found)
+    if key is not None and memo is not None:
+        memo.reservation = (key, valid_until_s, found)
         if found is not None:
             found = found.copy()
     return found, valid_until_s
 
 
-#: Per running job object, by ``id`` (the entry holds the job, so the id cannot be reused
-#: while cached): the believed runtime and the expected end last worked out, for one runtime
-#: estimate at a time.
-_end_cache: dict[int, list] = {}
-_end_cache_estimate: list[RuntimeEstimate | None] = [None]
+class _FirstFit:
+    """Accelerators handed back to ``free`` one release at a time, counted only as far as
+    ``FreeCapacity.fits_in`` would read them for ``head``: free per partition (capped at each
+    node's size, as ``give`` caps) and, for an ``n x k`` request, how many nodes have ``k``
+    free. Much cheaper than giving each release back to a copy of the capacity, and the
+    same answer; the copy is made once, for the release at which the head fits."""
+
+    __slots__ = ("free", "g", "free_by_partition", "request", "wide_nodes", "node_free")
+
+    def __init__(self, head: Job, free: FreeCapacity, placeable: Sequence[str]) -> None:
+        self.free = free
+        self.g = head.parallel.workers
+        self.free_by_partition = {name: free.free_by_partition.get(name, 0) for name in placeable}
+        #: Per placeable partition, the head's request there (None: spread).
+        self.request = {name: head.request_shape.on(self.g, free.node_size.get(name, 0)) for name in placeable}
+        #: Per partition with an ``n x k`` request, how many of its nodes have ``k`` free.
+        self.wide_nodes = {name: free.nodes_with_free(name, request[1])
+                           for name, request in self.request.items() if request is not None}
+        #: Free count of every node of a placeable partition a release touched so far.
+        self.node_free: dict[str, int] = {}
+
+    def returned_fits(self, counts: Mapping[str, int]) -> bool:
+        """Hand ``counts`` back; whether the head now fits some placeable partition."""
+        free_by_partition, node_free, free = self.free_by_partition, self.node_free, self.free
+        for name, count in counts.items():
+            node = free.node(name)
+            if node is None or node.partition not in free_by_partition:
+                continue
+            before = node_free.get(name, node.accelerators_free)
+            after = min(before + count, node.accelerators_total)
+            node_free[name] = after
+            free_by_partition[node.partition] += after - before
+            request = self.request[node.partition]
+            if request is not None and before < request[1] <= after:
+                self.wide_nodes[node.partition] += 1
+        g = self.g
+        for name, free_there in free_by_partition.items():
+            if free_there >= g:
+                request = self.request[name]
+                if request is None or self.wide_nodes[name] >= request[0]:
+                    return True
+        return False
 
 
-def _expected_releases(running: Sequence[RunningJob], now_s: float,
-                       runtime_s: RuntimeEstimate) -> list[tuple[float, Mapping[str, int]]]:
+def _end_of(release: tuple[float, Mapping[str, int]]) -> float:
+    return release[0]
+
+
+def _expected_releases(running: Sequence[RunningJob], now_s: float, runtime_s: RuntimeEstimate,
+                       memo: DispatchMemo | None) -> list[tuple[float, Mapping[str, int]]]:
     """(expected end, accelerators per node) of each running job, as ``expected_end_s`` gives.
 
-    Remembered across decisions: the running set changes by a job or two between
-    reservations, a job's estimate not at all, and its expected end only when reached.
+    Remembered across decisions in the memo: the running set changes by a job or two between
+    reservations, a job's estimate not at all, and its expected end only when reached (the
+    doubled estimate is then the same as worked out afresh).
     """
-    global _end_cache
-    if _end_cache_estimate[0] != runtime_s or len(_end_cache) > 4 * len(running) + 1024:
-        _end_cache = {}
-        _end_cache_estimate[0] = runtime_s
-    cache = _end_cache
     out: list[tuple[float, Mapping[str, int]]] = []
+    if memo is None:
+        for r in running:
+            out.append((expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), r.placement.node_counts))
+        return out
+    if memo.expected_ends_estimate != runtime_s or len(memo.expected_ends) > 4 * len(running) + 1024:
+        memo.expected_ends = {}
+        memo.expected_ends_estimate = runtime_s
+    cache = memo.expected_ends
+    append = out.append
     for r in running:
+        # entry: [job, believed runtime, (expected end, accelerators per node)]
         entry = cache.get(id(r))
         if entry is None or entry[0] is not r:
             runtime = runtime_s(r.job, r.placement.iteration_time_s)
-            entry = cache[id(r)] = [r, runtime, expected_end_s(r, now_s, runtime)]
-        elif entry[2] <= now_s:
-            entry[2] = expected_end_s(r, now_s, entry[1])
-        out.append((entry[2], r.placement.node_counts))
+            entry = cache[id(r)] = [r, runtime, (expected_end_s(r, now_s, runtime), r.placement.node_counts)]
+        elif entry[2][0] <= now_s:
+            entry[2] = (expected_end_s(r, now_s, entry[1]), r.placement.node_counts)
+        append(entry[2])
     return out
-
-
-#: One-entry cache of ``_reserve``: (inputs, valid until, answer).
-_last_reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
 
 
 def _same_inputs(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
@@ -436,6 +558,7 @@ def dispatch(
     runtime_s: RuntimeEstimate,
     alpha_min_s: Callable[[Job], float],
     first_blocked_s: dict[str, float],
+    memo: DispatchMemo | None = None,
 ) -> DispatchResult:
     """Walk ``queue`` (most urgent first) and decide what starts now and what is held.
 
@@ -444,18 +567,18 @@ def dispatch(
     communication-heavy job was first held; the caller keeps it between cycles (it is part of
     the policy state).
 
-    A walk that started nothing is remembered: asked again with the same node and running
-    tuples, the same jobs at the front of the queue and before anything it depended on
-    expires (a hold's deadline, the reservation's first expected end), it gives the same
+    ``memo`` (the caller's, kept between calls; see :class:`DispatchMemo`) only saves work.
+    With it, a walk that started nothing is remembered: asked again with the same node and
+    running tuples, the same jobs at the front of the queue and before anything it depended
+    on expires (a hold's deadline, the reservation's first expected end), it gives the same
     answer without walking. A simulator asks at every arrival, and an arrival that joins the
-    back of a long queue changes nothing. One walk is kept per ``options`` object, so two
-    callers that alternate (a policy and the simulator's Slurm model) keep theirs.
+    back of a long queue changes nothing.
     """
-    memo = _last_walks.get(id(options))
+    last = memo.walk if memo is not None else None
     queue = iter(queue)
-    if memo is not None and now_s < memo.valid_until_s and memo.same_inputs(snapshot, options, speed, runtime_s):
+    if last is not None and now_s < last.valid_until_s and last.same_inputs(snapshot, options, speed, runtime_s):
         pulled: list[Job] = []
-        for expected in memo.examined:
+        for expected in last.examined:
             job = next(queue, None)
             if job is None:
                 break
@@ -464,22 +587,20 @@ def dispatch(
                 break
         else:
             # All the same so far; a walk that ran out of queue must run out again.
-            extra = None if memo.stopped_early else next(queue, None)
+            extra = None if last.stopped_early else next(queue, None)
             if extra is None:
-                return memo.replay()
+                return last.replay()
             pulled.append(extra)
         queue = chain(pulled, queue)
     result, examined, stopped_early, valid_until_s = _walk(
         queue, snapshot, now_s, speed=speed, options=options, runtime_s=runtime_s,
-        alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s,
+        alpha_min_s=alpha_min_s, first_blocked_s=first_blocked_s, memo=memo,
     )
-    _last_walks.pop(id(options), None)
-    if not result.starts:
-        if len(_last_walks) >= _WALKS_KEPT:
-            _last_walks.clear()
-        # The entry holds ``options``, so its id cannot be reused while it is kept.
-        _last_walks[id(options)] = _Walk(snapshot.nodes, snapshot.running, options, speed, runtime_s,
-                                         tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result)
+    if memo is not None:
+        memo.walk = None if result.starts else _Walk(
+            snapshot.nodes, snapshot.running, options, speed, runtime_s,
+            tuple(examined), stopped_early, min(valid_until_s, result.wake_at_s), result,
+        )
     return result
 
 
@@ -519,11 +640,6 @@ class _Walk:
         return again
 
 
-#: The last walk that started nothing, per ``id(options)`` (at most ``_WALKS_KEPT``).
-_last_walks: dict[int, _Walk] = {}
-_WALKS_KEPT = 4
-
-
 def _walk(
     queue: Iterator[Job],
     snapshot: ClusterSnapshot,
@@ -534,11 +650,12 @@ def _walk(
     runtime_s: RuntimeEstimate,
     alpha_min_s: Callable[[Job], float],
     first_blocked_s: dict[str, float],
+    memo: DispatchMemo | None,
 ) -> tuple[DispatchResult, list[Job], bool, float]:
     """The walk itself; also returns the jobs it examined, whether it stopped before the end
     of the queue, and until when its reservation holds."""
     result = DispatchResult()
-    free = FreeCapacity.of(snapshot.nodes)
+    free = FreeCapacity.of(snapshot.nodes, memo)
     started: list[tuple[Placement, float]] = []
     reservation: _Reservation | None = None
     #: ``free`` with the reservation's accelerators taken out: what a job that would still be
@@ -601,7 +718,7 @@ def _walk(
             # could still run when the head might start (a job believed to take no time ends
             # before any running job's expected end, hence before any reservation).
             reserve_tried = True
-            reservation, valid_until_s = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s)
+            reservation, valid_until_s = _reserve(blocked_head, snapshot, free, started, now_s, speed, runtime_s, memo)
             if reservation is not None:
                 result.reasons.note(
                     blocked_head.job_id,

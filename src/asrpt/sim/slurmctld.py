@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from asrpt.core.dispatch import DispatchOptions, dispatch
-from asrpt.core.model import ClusterSnapshot, Job, LazyOrder, Node, Partition, Placement
+from asrpt.core.dispatch import DispatchMemo, DispatchOptions, FreeCapacity, dispatch
+from asrpt.core.model import ClusterSnapshot, Job, LazyOrder, Node, Partition, Placement, RequestShape
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import id_sort_key
 
@@ -45,25 +45,24 @@ def _no_ideal_s(job: Job) -> float:
 class SlurmScheduler:
     """slurmctld's pass over the pending jobs after the daemon's writes, with a cheap test
     first: most events leave no job that could fit, and building the priority order (sorting
-    every pending job) at each of them would dominate a long replay."""
+    every pending job) and walking it at each of them would dominate a long replay."""
 
     def __init__(self, partitions: Sequence[Partition], speed: SpeedTable, depth: int = BF_MAX_JOB_TEST) -> None:
         self.partitions = tuple(partitions)
         self.speed = speed
         self.options = DispatchOptions(mode="backfill", comm_heavy_tau=0.0, backfill_depth=depth)
-        #: Pending jobs per (allowed partitions, allowed accelerators, accelerators): how many,
-        #: and the partitions such a job may use.
-        self._counts: dict[tuple[tuple[str, ...], tuple[str, ...], int], int] = {}
-        self._usable: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
-        #: Free accelerators per partition for one node tuple.
-        self._free_for: tuple[tuple[Node, ...] | None, dict[str, int]] = (None, {})
+        #: What the passes reuse between events (the policy keeps its own).
+        self.dispatch_memo: DispatchMemo | None = DispatchMemo()
+        #: Pending jobs per (allowed partitions, allowed accelerators, request shape,
+        #: accelerators): how many, and one of them (whether a job fits depends on no more).
+        self._counts: dict[_FitKey, int] = {}
+        self._example: dict[_FitKey, Job] = {}
 
     # -- kept up to date by SimCluster ------------------------------------------------------
     def added(self, job: Job) -> None:
         key = _key(job)
         self._counts[key] = self._counts.get(key, 0) + 1
-        if key[:2] not in self._usable:  # worked out once per restriction, from the job itself
-            self._usable[key[:2]] = tuple(p.name for p in self.partitions if job.allows(p))
+        self._example.setdefault(key, job)
 
     def removed(self, job: Job) -> None:
         key = _key(job)
@@ -75,21 +74,21 @@ class SlurmScheduler:
 
     # -- the pass ---------------------------------------------------------------------------
     def could_start(self, nodes: tuple[Node, ...], held: Iterable[Job]) -> bool:
-        """Whether some pending job that is not held has enough free accelerators in one
-        partition it may use (necessary for Slurm to start anything; cheap)."""
-        free = self._free(nodes)
-        if not any(free.values()):
+        """Whether some pending job that is not held fits now, in its request's shape, in a
+        partition it may use (necessary for Slurm to start anything: the pass starts only jobs
+        that fit; a dictionary look-up per kind of job, on the capacity the pass then uses)."""
+        free = FreeCapacity.of(nodes, self.dispatch_memo)
+        if free.free_total <= 0:
             return False
         counts = self._counts
-        held_counts: dict[tuple[tuple[str, ...], tuple[str, ...], int], int] = {}
+        held_counts: dict[_FitKey, int] = {}
         for job in held:
             key = _key(job)
             held_counts[key] = held_counts.get(key, 0) + 1
         for key, count in counts.items():
             if count <= held_counts.get(key, 0):
                 continue
-            room = max((free.get(name, 0) for name in self._usable_names(key)), default=0)
-            if key[2] <= room:
+            if free.fits(self.partitions, self._example[key]):
                 return True
         return False
 
@@ -107,24 +106,16 @@ class SlurmScheduler:
             runtime_s=time_limit_runtime_s,
             alpha_min_s=_no_ideal_s,
             first_blocked_s={},
+            memo=self.dispatch_memo,
         )
         return result.starts
 
-    def _free(self, nodes: tuple[Node, ...]) -> dict[str, int]:
-        cached_nodes, free = self._free_for
-        if cached_nodes is not nodes:
-            free = {}
-            for node in nodes:
-                free[node.partition] = free.get(node.partition, 0) + node.accelerators_free
-            self._free_for = (nodes, free)
-        return free
 
-    def _usable_names(self, key: tuple[tuple[str, ...], tuple[str, ...], int]) -> tuple[str, ...]:
-        return self._usable[key[:2]]
+_FitKey = tuple[tuple[str, ...], tuple[str, ...], RequestShape, int]
 
 
-def _key(job: Job) -> tuple[tuple[str, ...], tuple[str, ...], int]:
-    return (job.allowed_partitions, job.allowed_accelerators, job.accelerators)
+def _key(job: Job) -> _FitKey:
+    return (job.allowed_partitions, job.allowed_accelerators, job.request_shape, job.accelerators)
 
 
 def _queue(priority_order: Iterable[str], pending: Mapping[str, Job], held: set[str]) -> Iterator[Job]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Iterable, Iterator, Literal, Mapping
 
-from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.dispatch import DispatchMemo, DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
 from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, PendingJobs, pending_by_id
 from asrpt.core.placement import alpha_min_s
@@ -162,6 +162,8 @@ class ASRPTPolicy:
         self.speed = speed
         self.options = options
         self.name = name
+        #: What this policy's dispatches reuse between decisions (only saves work).
+        self.dispatch_memo: DispatchMemo | None = DispatchMemo()
 
     def new_state(self) -> ASRPTState:
         return ASRPTState()
@@ -283,6 +285,7 @@ class ASRPTPolicy:
             runtime_s=self.runtime_s,
             alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
             first_blocked_s=state.first_blocked_s,
+            memo=self.dispatch_memo,
         )
         reasons.merge(result.reasons)
         if by_work and (oldest := state.overdue.first()) is not None:

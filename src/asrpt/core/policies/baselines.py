@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any, Iterable, Iterator, Mapping
 
-from asrpt.core.dispatch import DispatchOptions, dispatch
+from asrpt.core.dispatch import DispatchMemo, DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
 from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, RunningJob, pending_by_id
 from asrpt.core.placement import alpha_min_s
@@ -97,6 +97,8 @@ class OrderedPolicy:
         self.speed = speed
         if options is not None:
             self.options = options
+        #: What this policy's dispatches reuse between decisions (only saves work).
+        self.dispatch_memo: DispatchMemo | None = DispatchMemo()
 
     def new_state(self) -> OrderState:
         return OrderState()
@@ -165,6 +167,7 @@ class OrderedPolicy:
             runtime_s=self.runtime_s,
             alpha_min_s=lambda job: state.alpha_min_cache_s[job.job_id],
             first_blocked_s=state.first_blocked_s,
+            memo=self.dispatch_memo,
         )
         if self.static_key:
             state.version += 1

@@ -14,6 +14,7 @@ from asrpt.core.dispatch import DispatchMemo, DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
 from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, RunningJob, pending_by_id
 from asrpt.core.placement import alpha_min_s
+from asrpt.core.policies.preemption import without_running
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import id_sort_key, tie_rounded
 
@@ -544,7 +545,7 @@ class TiresiasPolicy(OrderedPolicy):
             preempt = [job_id for job_id in preempt if now_s - started_s[job_id] >= self.preempt_exempt_s]
         if not preempt:
             return self.dispatch_queue(snapshot, now_s, state, pending)
-        decision = self.dispatch_queue(_without_running(snapshot, set(preempt)), now_s, state, pending)
+        decision = self.dispatch_queue(without_running(snapshot, set(preempt)), now_s, state, pending)
         # The budget counts accelerators, but a job starts only in its allocation shape: stop
         # just the jobs whose nodes a start of a charged (higher-priority) job really takes.
         # Slots freed for a job whose shape they do not form would only be churn: taken by a
@@ -556,23 +557,6 @@ class TiresiasPolicy(OrderedPolicy):
         if not needed:  # the original snapshot, so the dispatcher's memo still recognises it
             decision = self.dispatch_queue(snapshot, now_s, state, pending)
         elif len(needed) != len(preempt):
-            decision = self.dispatch_queue(_without_running(snapshot, set(needed)), now_s, state, pending)
+            decision = self.dispatch_queue(without_running(snapshot, set(needed)), now_s, state, pending)
         return replace(decision, preempts=tuple(needed))
-
-
-def _without_running(snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSnapshot:
-    """The snapshot as it is once ``job_ids`` have been stopped and requeued."""
-    freed: dict[str, int] = {}
-    kept = []
-    for r in snapshot.running:
-        if r.job.job_id in job_ids:
-            for name, count in r.placement.node_counts.items():
-                freed[name] = freed.get(name, 0) + count
-        else:
-            kept.append(r)
-    nodes: list[Node] = [
-        replace(n, accelerators_free=n.accelerators_free + freed[n.name]) if n.name in freed else n for n in snapshot.nodes
-    ]
-    # Requeued jobs are not started again in the same cycle: they wait behind what displaced them.
-    return replace(snapshot, nodes=tuple(nodes), running=tuple(kept))
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from asrpt.core.dispatch import DispatchMemo, DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
-from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, Node, PendingJobs, RunningJob, pending_by_id
+from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, PendingJobs, RunningJob, pending_by_id
 from asrpt.core.placement import alpha_min_s
 from asrpt.core.policies.preemption import without_running
 from asrpt.core.speed import SpeedTable

@@ -114,6 +114,9 @@ class ASRPTState:
     #: submission (it was served meanwhile).
     requeues: dict[str, int] = field(default_factory=dict)
     requeued_at_s: dict[str, float] = field(default_factory=dict)
+    #: ``asrpt-preempt``: per running job, (its per-iteration time, whether it restarts nowhere
+    #: much slower); derived, not serialised.
+    restarts_as_fast: dict[str, tuple[float, bool]] = field(default_factory=dict)
     #: alpha_min per job; derived, so not serialised.
     alpha_min_cache_s: dict[str, float] = field(default_factory=dict)
     #: The Job object last seen per pending id, to skip unchanged jobs; derived, not serialised.

@@ -80,13 +80,17 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             live = pending.keys() | {r.job.job_id for r in snapshot.running}
             state.requeues = {j: n for j, n in state.requeues.items() if j in live}
             state.requeued_at_s = {j: t for j, t in state.requeued_at_s.items() if j in live}
+        if len(state.restarts_as_fast) > 2 * len(snapshot.running) + 16:
+            running_ids = {r.job.job_id for r in snapshot.running}
+            state.restarts_as_fast = {j: v for j, v in state.restarts_as_fast.items() if j in running_ids}
+        remaining: dict[str, float] = {}  # predicted remaining work per running job, this decision
 
         def decision_on(view: ClusterSnapshot) -> Decision:
             reasons = Reasons()
             reasons.merge(update_reasons)
             return self._decision(view, now_s, state, pending, reasons)
 
-        victims, charged, wake_at_s = self._victims(snapshot, now_s, state, pending)
+        victims, charged, wake_at_s = self._victims(snapshot, now_s, state, pending, remaining)
         if snapshot.running:  # a job completing on the virtual machine, or becoming overdue, may
             # displace one, even on a full cluster
             wake_at_s = min(wake_at_s, self._next_dispatchable_s(state, accelerators_free=1),
@@ -100,7 +104,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
             job = pending.get(job_id)
             if job is None:
                 continue
-            room, nodes = self._room_for(job, snapshot, now_s, set(victims), taken, state)
+            room, nodes = self._room_for(job, snapshot, now_s, set(victims), taken, state, remaining)
             taken.update(nodes)
             if room:
                 victims.extend(room)
@@ -129,7 +133,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         return replace(decision, wake_at_s=wake_at_s)
 
     def _room_for(self, job: Job, snapshot: ClusterSnapshot, now_s: float, chosen: set[str],
-                  taken: set[str], state: ASRPTState) -> tuple[list[str], list[str]]:
+                  taken: set[str], state: ASRPTState, remaining: dict[str, float]) -> tuple[list[str], list[str]]:
         """(running jobs to requeue, the nodes) so that ``job`` fits in its shape: on the nodes
         of one allowed partition, outside ``taken``, that cost the least predicted remaining
         work to clear (only jobs :meth:`may_requeue` allows); no jobs when it fits already,
@@ -162,13 +166,13 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                     continue
                 free = node.accelerators_free + freed_by_chosen.get(node.name, 0)
                 cost, victims = 0.0, []
-                for r in sorted(on_node.get(node.name, ()), key=lambda r: -self.remaining_work_s(r, now_s)):
+                for r in sorted(on_node.get(node.name, ()), key=lambda r: -self._remaining(r, now_s, remaining)):
                     if free >= per_node:
                         break
                     if not self.may_requeue(r, now_s, state, snapshot):
                         continue
                     victims.append(r.job.job_id)
-                    cost += self.remaining_work_s(r, now_s)
+                    cost += self._remaining(r, now_s, remaining)
                     free += r.placement.node_counts[node.name]
                 if free >= per_node:
                     options.append((cost, node.name, victims))
@@ -197,10 +201,24 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         waited_since_s = max(running.job.submit_time_s, state.requeued_at_s.get(job_id, -math.inf))
         if waited_since_s + self.options.overdue_after_s <= running.start_time_s:
             return False
-        return self._restarts_as_fast(running, snapshot)
+        return self._restarts_as_fast(running, snapshot, state)
 
-    def _restarts_as_fast(self, running: RunningJob, snapshot: ClusterSnapshot) -> bool:
-        limit_s = running.placement.iteration_time_s * RESTART_SLOWDOWN_MAX
+    def _remaining(self, running: RunningJob, now_s: float, remaining: dict[str, float]) -> float:
+        value = remaining.get(running.job.job_id)
+        if value is None:
+            value = remaining[running.job.job_id] = self.remaining_work_s(running, now_s)
+        return value
+
+    def _restarts_as_fast(self, running: RunningJob, snapshot: ClusterSnapshot, state: ASRPTState) -> bool:
+        alpha_s = running.placement.iteration_time_s
+        known = state.restarts_as_fast.get(running.job.job_id)
+        if known is not None and known[0] == alpha_s:
+            return known[1]
+        answer = self._restarts_within(running, snapshot, alpha_s * RESTART_SLOWDOWN_MAX)
+        state.restarts_as_fast[running.job.job_id] = (alpha_s, answer)
+        return answer
+
+    def _restarts_within(self, running: RunningJob, snapshot: ClusterSnapshot, limit_s: float) -> bool:
         for partition in snapshot.partitions:
             if running.job.allows(partition):
                 alpha_s = alpha_min_s(running.job, (partition,), snapshot.nodes, self.speed)
@@ -215,7 +233,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         return running.job.accelerators * max(end_s - now_s, 0.0)
 
     def _victims(self, snapshot: ClusterSnapshot, now_s: float, state: ASRPTState,
-                 pending: Mapping[str, Job]) -> tuple[list[str], set[str], float]:
+                 pending: Mapping[str, Job], remaining: dict[str, float]) -> tuple[list[str], set[str], float]:
         """(running jobs to requeue, the waiting jobs they are requeued for, when a job
         displaced now but still in its exempt time may be requeued: a moment to look again)."""
         if not snapshot.running or not pending:
@@ -233,7 +251,7 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
         smallest_waiting_s = min(w[0] for w in waiting)
         running: list[tuple[float, int, str, RunningJob]] = []
         for rank, r in enumerate(snapshot.running):
-            remaining_s = self.remaining_work_s(r, now_s)
+            remaining_s = self._remaining(r, now_s, remaining)
             # Only a job that could be displaced at all is worth ranking (most are not); the
             # others are charged first, so that their accelerators count as taken.
             displaceable = remaining_s > smallest_waiting_s * self.preempt_ratio and self.may_requeue(

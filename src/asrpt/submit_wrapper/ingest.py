@@ -60,7 +60,7 @@ import os
 import pwd
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,7 +236,11 @@ def read_spool(
     return records
 
 
-def _read_one(path: str, max_bytes: int) -> SpoolRecord:
+def read_record_file(path: str, max_bytes: int, trusted_uids: Sequence[int] | None = None) -> tuple[bytes, os.stat_result]:
+    """The bytes and status of one spool record, read safely (both spools' one way): never
+    through a symbolic link, only a regular file with one link that no one but its owner can
+    write, owned by one of ``trusted_uids`` if given, at most ``max_bytes`` long. Raises
+    :class:`RecordFormatError` naming what is wrong, FileNotFoundError if it is gone."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -249,6 +253,8 @@ def _read_one(path: str, max_bytes: int) -> SpoolRecord:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise RecordFormatError("not a regular file")
+        if trusted_uids is not None and st.st_uid not in trusted_uids:
+            raise RecordFormatError(f"owned by uid {st.st_uid}, not by slurmctld's user {tuple(trusted_uids)}")
         if st.st_nlink != 1:
             raise RecordFormatError(f"has {st.st_nlink} hard links")
         if st.st_mode & 0o022:
@@ -260,6 +266,11 @@ def _read_one(path: str, max_bytes: int) -> SpoolRecord:
             raise RecordFormatError(f"too large (over {max_bytes} bytes)")
     finally:
         os.close(fd)
+    return data, st
+
+
+def _read_one(path: str, max_bytes: int) -> SpoolRecord:
+    data, st = read_record_file(path, max_bytes)
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -39,7 +39,6 @@ SCRIPT_TEXT_LIMIT gets ``script_hash = "poly31x37:<hex>"`` (the plugin's hash of
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -55,7 +54,7 @@ from typing import Any
 
 from asrpt.exceptions import AsrptError
 from asrpt.submit_wrapper import directives
-from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _get, _prune_rejected
+from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _get, _prune_rejected, read_record_file
 from asrpt.submit_wrapper.ingest import reject as _reject_spool_file
 from asrpt.submit_wrapper.ingest import remove as _remove_spool_file
 from asrpt.submit_wrapper.ingest import set_aside
@@ -305,29 +304,7 @@ def read_plugin_spool(
 
 
 def _read_one(path: str, trusted_uids: Sequence[int], max_bytes: int) -> PluginRecord:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            raise FileNotFoundError(path) from exc
-        if exc.errno in (errno.ELOOP, errno.EMLINK):
-            raise RecordFormatError("a symbolic link") from exc
-        raise RecordFormatError(f"cannot open: {exc.strerror}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RecordFormatError("not a regular file")
-        if st.st_uid not in trusted_uids:
-            raise RecordFormatError(f"owned by uid {st.st_uid}, not by slurmctld's user {tuple(trusted_uids)}")
-        if st.st_nlink != 1:
-            raise RecordFormatError(f"has {st.st_nlink} hard links")
-        if st.st_size > max_bytes:
-            raise RecordFormatError(f"too large ({st.st_size} bytes > {max_bytes})")
-        data = os.read(fd, max_bytes + 1)
-        if len(data) > max_bytes:
-            raise RecordFormatError(f"too large (over {max_bytes} bytes)")
-    finally:
-        os.close(fd)
+    data, st = read_record_file(path, max_bytes, trusted_uids)
     try:
         # surrogateescape: a script that is not UTF-8 keeps its exact bytes.
         document = json.loads(data.decode("utf-8", "surrogateescape"))

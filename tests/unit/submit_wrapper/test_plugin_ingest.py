@@ -355,6 +355,18 @@ def test_only_root_owned_regular_files_are_read(tmp_path, caplog):
 
 
 @needs_root
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o664])
+def test_a_record_others_could_have_written_is_not_read(tmp_path, caplog, mode):
+    """The wrapper's reader refused a record writable by others and the plugin's did not (a
+    0666 record in a 0755 spool was accepted): both now read through one secure open."""
+    spool_dir = make_spool(tmp_path)
+    put(spool_dir, "1-open.json", document("a" * 20), mode=mode)
+    with caplog.at_level(logging.WARNING):
+        assert read_plugin_spool(spool_dir) == []
+    assert "writable by others" in caplog.text
+
+
+@needs_root
 @pytest.mark.parametrize("problem", ["missing", "not-a-dir", "foreign-owner", "world-writable", "symlink"])
 def test_an_unsafe_spool_directory_is_not_read(tmp_path, caplog, problem):
     spool_dir = make_spool(tmp_path)

@@ -27,6 +27,7 @@ from asrpt.daemon.forecasts import forecast_records
 from asrpt.daemon.isolate import ordinary_job, usable_job
 from asrpt.daemon.model import DaemonPredictor
 from asrpt.daemon.serving import ServingPlanner
+from asrpt.daemon.spool_ages import SpoolWaitAges
 from asrpt.db.repository import ForecastRecord, HistoryRepository, OutcomeRecord
 from asrpt.exceptions import AsrptError
 from asrpt.loop import SchedulingLoop
@@ -289,6 +290,8 @@ class Daemon:
         self._last_sync_s = repository.load_state("sync:last_end_s") or 0.0
         #: ETA text last written per job, with the start/end it showed (hysteresis).
         self._eta_written: dict[str, tuple[str, float, float]] = {}
+        #: How long each spool record has waited, robust to wall-clock steps.
+        self._spool_ages = SpoolWaitAges()
         #: (error type, message) of unexpected cycle errors already logged with a traceback.
         self._errors_logged: set[tuple[str, str]] = set()
 
@@ -540,6 +543,12 @@ class Daemon:
         """Store the wrapper's records whose owner Slurm confirms; others wait or are rejected.
         Then (``[spool] plugin_dir``) job_submit.lua's records, matched by their AdminComment tag."""
         accepted = 0
+        seen: set[Any] = set()
+
+        def waited_s(record: Any, now_s: float) -> float:
+            seen.add(record.file_id)
+            return self._spool_ages.age_s(record.file_id, record.spooled_at_s, now_s)
+
         if self.config.spool.plugin_dir:
             accepted += plugin_ingest.ingest_plugin_spool(
                 self.config.spool.plugin_dir,
@@ -548,15 +557,20 @@ class Daemon:
                 trusted_uids=plugin_ingest.uids_of(self.config.spool.plugin_owners),
                 accelerator_gres=self.config.slurm.accelerator_gres,
                 max_age_s=self.config.spool.max_age_s,
+                age_of=lambda record, now_s: waited_s(record, now_s),
             ).stored
         # sbatch printed an array's id; squeue lists its tasks (<array>_<task>), same owner.
         users = {sj.array_job_id: sj.user for sj in jobs.values() if sj.array_job_id}
         users.update((job_id, sj.user) for job_id, sj in jobs.items())
-        for record in ingest.read_spool(self.config.spool.dir):
+        records = ingest.read_spool(self.config.spool.dir)
+        now_s = time.time()
+        for record in records:
             if ingest.accept_record(
                 record,
                 users.get,
+                now_s=now_s,
                 max_pending_age_s=self.config.spool.max_age_s,
+                age_s=waited_s(record, now_s),
             ):
                 try:
                     self.repository.record_submission(ingest.to_submission_record(record))
@@ -568,4 +582,5 @@ class Daemon:
                 ingest.remove(record)
                 accepted += 1
         self.stats.spool_accepted += accepted
+        self._spool_ages.keep_only(seen)
         return accepted

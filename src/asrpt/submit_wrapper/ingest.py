@@ -421,6 +421,7 @@ def accept_record(
     *,
     now_s: float | None = None,
     max_pending_age_s: float = DEFAULT_MAX_PENDING_AGE_S,
+    age_s: float | None = None,
 ) -> bool:
     """True if the record may be stored: its file's owner is the user Slurm reports for its job.
 
@@ -441,6 +442,10 @@ def accept_record(
         The current time, epoch seconds (default: the clock).
     max_pending_age_s
         How long, seconds since the file appeared, a record may wait for Slurm to know its job.
+    age_s
+        How long it has waited, if the caller keeps a clock that survives wall-clock steps
+        (the daemon's :class:`asrpt.daemon.spool_ages.SpoolWaitAges`); default: by the file's
+        change time and ``now_s``.
 
     Returns
     -------
@@ -450,7 +455,8 @@ def accept_record(
     slurm_user = slurm_user_of_job(record.slurm_job_id)
     context = {"job_id": record.slurm_job_id, "owner_uid": record.owner_uid, "path": record.path}
     if slurm_user is None:
-        age_s = (time.time() if now_s is None else now_s) - record.spooled_at_s
+        if age_s is None:
+            age_s = (time.time() if now_s is None else now_s) - record.spooled_at_s
         if age_s > max_pending_age_s:
             logger.warning(
                 "discarding spool record %s: Slurm has not reported job %s in %.0f s",

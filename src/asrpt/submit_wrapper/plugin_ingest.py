@@ -599,6 +599,7 @@ def ingest_plugin_spool(
     accelerator_gres: Sequence[str] = ("gpu", "npu"),
     max_age_s: float = DEFAULT_MAX_AGE_S,
     now_s: float | None = None,
+    age_of: Callable[[PluginRecord, float], float] | None = None,
 ) -> IngestResult:
     """One daemon cycle: store every record squeue's jobs carry the token of, then delete it.
 
@@ -608,6 +609,8 @@ def ingest_plugin_spool(
     yet get their own job ids later); storing a job twice is harmless (the repository merges
     per job id). A record is deleted only after every one of its jobs was stored, so a
     database failure loses nothing (the exception propagates; the next cycle retries).
+    ``age_of(record, now_s)`` is how long a record has waited, if the caller keeps a clock that
+    survives wall-clock steps (default: by its file's change time).
     """
     now = time.time() if now_s is None else now_s
     records = read_plugin_spool(spool_dir, trusted_uids=trusted_uids, now_s=now)
@@ -637,7 +640,7 @@ def ingest_plugin_spool(
                 continue
             remove(record)
             continue
-        age_s = now - record.spooled_at_s
+        age_s = now - record.spooled_at_s if age_of is None else age_of(record, now)
         if age_s > max_age_s:
             reject(record, f"no job in squeue carried token {record.token} for {age_s:.0f} s")
             expired += 1

@@ -169,6 +169,8 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 #: PostgreSQL's SQLSTATE for "permission denied": a role without the grant, the admin's to fix.
 _INSUFFICIENT_PRIVILEGE = "42501"
 _MISSING_SCHEMA_MARKERS = ("no such table", "undefinedtable", "does not exist")
+#: What SQLite says of a file that is not (or no longer) a database.
+_DAMAGED_MARKERS = ("file is not a database", "database disk image is malformed")
 
 
 @contextlib.contextmanager
@@ -202,3 +204,11 @@ def translate_errors(engine: Engine) -> Iterator[None]:
                 shown, f"database is locked by another process ({reason.strip()})"
             ) from error
         raise DatabaseUnavailable(shown, reason.strip()) from error
+    except exc.DatabaseError as error:  # after its subclasses above; IntegrityError etc. pass on
+        reason = str(error.orig) if error.orig is not None else str(error)
+        if isinstance(error.orig, sqlite3.DatabaseError) and any(m in reason.lower() for m in _DAMAGED_MARKERS):
+            raise DatabaseUnavailable(
+                shown, f"is not a SQLite database or is damaged ({reason.strip()}); nothing was written to it: "
+                "restore it from a backup, or move it aside to start a new history"
+            ) from error
+        raise

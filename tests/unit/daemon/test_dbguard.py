@@ -62,3 +62,17 @@ def test_a_database_deleted_while_running_fails_each_cycle_with_the_reason(daemo
 
 def test_a_first_start_needs_no_marker(tmp_path) -> None:
     check_before_upgrade(f"sqlite:///{tmp_path / 'new.db'}", str(tmp_path / "state"))
+
+
+def test_a_damaged_sqlite_file_is_a_clear_error_not_a_traceback(tmp_path):
+    """Issue 16: a corrupted history gave a traceback at start (exit 1, a restart loop)."""
+    import pytest
+
+    from asrpt.db.migrate import upgrade
+    from asrpt.exceptions import DatabaseUnavailable
+
+    damaged = tmp_path / "history.db"
+    damaged.write_bytes(bytes(range(256)) * 32)
+    with pytest.raises(DatabaseUnavailable, match="not a SQLite database or is damaged"):
+        upgrade(f"sqlite:///{damaged}")
+    assert damaged.read_bytes() == bytes(range(256)) * 32  # nothing written over it

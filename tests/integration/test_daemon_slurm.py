@@ -279,3 +279,22 @@ def test_finished_array_tasks_become_outcomes_of_their_own(cluster, tmp_path):
     assert daemon.sync_finished() >= 2
     rows = {r.job_id: r for r in daemon.repository.history_rows(finished_only=True)}
     assert all(rows[t].end_time_s is not None for t in tasks)
+
+
+def test_a_daemon_that_cannot_start_releases_what_an_earlier_run_held(cluster, tmp_path):
+    """Issue 16: a daemon killed with jobs held, whose restart then fails (its history is
+    unusable), left those jobs held for good. The failed start now releases them: that needs
+    only Slurm."""
+    _daemon_that_held, _fillers, tp8 = _held_tp8(cluster, tmp_path)  # killed: no release on stop
+    database = tmp_path / "asrpt.db"
+    database.write_bytes(b"this is not a database" * 100)
+    config = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{database}")
+    path = tmp_path / "asrpt.toml"
+    path.write_text(config)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("asrptd")), "--config", str(path), "--once"],
+        capture_output=True, text=True, env=cluster.env, timeout=120,
+    )
+    assert result.returncode == 2 and "not a SQLite database or is damaged" in result.stderr, result.stderr
+    assert "released 1 job(s)" in result.stderr
+    cluster.wait_for("the release", lambda: not _jobs(cluster)[tp8].is_held)

@@ -141,6 +141,27 @@ def start_queue_socket(config: Any) -> Any:
                                job_privacy=CachedJobPrivacy(read, ttl_s=PRIVACY_TTL_S))
 
 
+def release_holds_without_history(config_path: str | None) -> int:
+    """asrptd cannot start (its history is unusable): release the holds and pins an earlier
+    run left in Slurm (one killed before it could release them), which needs only Slurm, so
+    that no job waits for a daemon that is not coming back. Returns the jobs released."""
+    from asrpt.core.model import Decision
+    from asrpt.daemon.config import load_config
+    from asrpt.slurm.cli_backend import SlurmCliBackend
+
+    try:
+        backend = SlurmCliBackend(load_config(config_path).slurm)
+        backend.snapshot()
+        backend.apply(Decision(order=()))
+    except Exception as error:  # the configuration or Slurm is the problem too: nothing to do
+        log.warning("could not release the holds of an earlier run: %s: %s", type(error).__name__, error)
+        return 0
+    released = backend.last_apply.releases
+    if released:
+        print(f"asrptd: released {released} job(s) an earlier run held, so they do not wait for asrptd", file=sys.stderr)
+    return released
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="asrptd", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--config", default=None, help="configuration file (default $ASRPT_CONFIG or /etc/asrpt/asrpt.toml)")
@@ -175,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         daemon = build_daemon(args.config, dry_run=args.dry_run)
     except AsrptError as error:
         print(f"asrptd: error: {error}", file=sys.stderr)
+        if not args.dry_run:
+            release_holds_without_history(args.config)
         return 2
 
     # The HTTP endpoint and the socket are bound before the first cycle: one in use is an error at start.

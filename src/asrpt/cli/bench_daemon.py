@@ -185,16 +185,6 @@ class RecordedSlurm(SlurmRunner):
         return RunResult(argv=args, outcome=Outcome.OK, returncode=0, stdout=stdout, stderr="", duration_s=0.0)
 
 
-class SteppedClock:
-    """The daemon's clock: one cycle interval further at each cycle."""
-
-    def __init__(self, start_s: float) -> None:
-        self.t_s = start_s
-
-    def now_s(self) -> float:
-        return self.t_s
-
-
 @dataclass(slots=True)
 class DaemonBenchResult:
     pending: int
@@ -267,13 +257,14 @@ def run_daemon_bench(*, pending: int, running: int, nodes: int, policy: str = "a
     from asrpt.daemon.service import Daemon
     from asrpt.db.migrate import upgrade
     from asrpt.db.repository import HistoryRepository
+    from asrpt.sim.engine import SimClock
 
     with tempfile.TemporaryDirectory(prefix="asrpt-bench-daemon-", dir=workdir) as tmp:
         url = f"sqlite:///{tmp}/history.db"
         spool_dir = os.path.join(tmp, "spool")
         os.makedirs(spool_dir, mode=0o700)
         upgrade(url)
-        clock = SteppedClock(time.time())
+        clock = SimClock(time.time())  # one cycle interval further at each cycle
         queue = synthetic_queue(pending, running, nodes, clock.t_s, seed)
         _write_spool_records(spool_dir, list(queue.jobs.values()))
         config = DaemonConfig(

@@ -298,9 +298,14 @@ _READ_SYSCALLS = {
     "x86_64": (b"0", b"17", b"19", b"295", b"327"),
     "aarch64": (b"63", b"65", b"67", b"69", b"286"),
 }
-#: If sbatch was never seen reading its stdin by then, the feeder starts anyway.
+#: sbatch blocked this long in a system call on fd 0 that is not one of those reads (a way of
+#: reading stdin we do not know): the feeder starts copying anyway.
 STDIN_WAIT_FALLBACK_S = 2.0
-_GONE, _NOT_YET, _READING, _UNKNOWN = range(4)
+#: Whatever sbatch seems to do, after this long the feeder starts copying (a hung submission
+#: is worse than a script read that sbatch then does not use). Waiting is cheap: a busy or
+#: sleeping sbatch (loading its configuration, a slow controller) is not reading stdin.
+STDIN_WAIT_MAX_S = 30.0
+_GONE, _NOT_YET, _READING, _UNKNOWN, _ON_FD0 = range(5)
 
 
 def _proc_shows_syscalls() -> bool:
@@ -318,8 +323,8 @@ def _stdin_state(pid: int, reads: tuple[bytes, ...], depth: int = 0) -> int:
         return _GONE
     except OSError:
         return _UNKNOWN
-    if len(fields) >= 2 and fields[0] in reads and fields[1] == b"0x0":
-        return _READING
+    if len(fields) >= 2 and fields[1] == b"0x0" and fields[0] not in (b"running", b"-1"):
+        return _READING if fields[0] in reads else _ON_FD0
     if depth == 0:  # a shell script standing in for sbatch reads through a child (cat)
         try:
             with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
@@ -369,14 +374,22 @@ class StdinFeeder:
         reads = _READ_SYSCALLS.get(os.uname().machine)
         if reads is None or not _proc_shows_syscalls():
             return True  # nothing to watch (no /proc in a chroot or container): copy at once
-        deadline = time.monotonic() + STDIN_WAIT_FALLBACK_S
+        started_s = time.monotonic()
+        on_fd0_since_s: float | None = None
         delay = 0.0002
         while not self.stop:
             state = _stdin_state(self.pid, reads)
+            now_s = time.monotonic()
             if state == _GONE:
                 return False
-            if state in (_READING, _UNKNOWN) or time.monotonic() > deadline:
+            if state in (_READING, _UNKNOWN) or now_s - started_s > STDIN_WAIT_MAX_S:
                 return True
+            if state == _ON_FD0:
+                on_fd0_since_s = now_s if on_fd0_since_s is None else on_fd0_since_s
+                if now_s - on_fd0_since_s > STDIN_WAIT_FALLBACK_S:
+                    return True
+            else:
+                on_fd0_since_s = None
             time.sleep(delay)
             delay = min(delay * 2, 0.002)
         return False

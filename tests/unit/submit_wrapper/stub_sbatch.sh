@@ -12,6 +12,8 @@
 #   STUB_SIGNAL       kill itself with this signal name at the end
 #   STUB_SLEEP        after printing, become `sleep STUB_SLEEP` (for signal tests)
 #   STUB_CLUSTER      with --parsable print "<pid>;<cluster>"
+#   STUB_DELAY        first sleep this long (a slow sbatch: loading its config, a slow controller)
+[ -n "${STUB_DELAY:-}" ] && sleep "$STUB_DELAY"
 if [ -n "${STUB_DIR:-}" ]; then
   printf '%s\0' "$@" > "$STUB_DIR/argv"
   cat /proc/$$/environ > "$STUB_DIR/env"

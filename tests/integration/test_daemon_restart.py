@@ -74,10 +74,23 @@ def test_sigterm_at_any_moment_of_start_up_exits_cleanly(cluster, tmp_path):
     text = (cluster.dir / "asrpt.toml").read_text().replace(f"sqlite:///{cluster.dir}/asrpt.db", f"sqlite:///{tmp_path}/asrpt.db")
     config = tmp_path / "asrpt.toml"
     config.write_text(text)
+    env = {**cluster.env, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack
     for delay_s in (0.05, 0.4, 0.9, 1.5, 2.5):
-        daemon = _start(config, cluster.env)
+        daemon = _start(config, env)
         time.sleep(delay_s)
         daemon.send_signal(signal.SIGTERM)
-        _, stderr = daemon.communicate(timeout=60)
+        try:
+            _, stderr = daemon.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Where it hangs (faulthandler), and never leave it running: a live asrptd would
+            # rewrite the test-bed under later tests (a CI run lost two more tests that way).
+            daemon.send_signal(signal.SIGABRT)
+            try:
+                _, stderr = daemon.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                _, stderr = daemon.communicate()
+            pytest.fail(f"asrptd did not stop within 60 s of a SIGTERM {delay_s} s into start-up; "
+                        f"its log:\n{stderr[-4000:]}")
         assert daemon.returncode in (0, -signal.SIGTERM), stderr[-2000:]
         assert "Traceback" not in stderr, stderr[-2000:]

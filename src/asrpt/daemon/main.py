@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import signal
 import socket
 import threading
@@ -60,6 +61,53 @@ def guarded(name: str, work, *args):
         return None
 
 
+class StopFlag:
+    """"Stop now", set from a signal handler; waits as ``threading.Event`` does.
+
+    Why not an Event: the handler runs in the main thread, between two bytecodes of whatever
+    it was doing, and ``Event.set`` takes the Event's lock. If the main thread was inside
+    ``Event.wait`` just after re-taking that lock, the handler waits for a lock its own thread
+    holds: asrptd hung for good on a SIGTERM (seen in CI, py-spy: ``stop -> Event.set ->
+    Condition.__enter__`` over ``run_loop -> Event.wait``). Here ``set`` only assigns a flag and
+    writes a byte to a pipe, and ``wait`` sleeps in ``select`` on that pipe: no lock anywhere.
+    """
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        try:
+            os.write(self._write_fd, b"x")
+        except OSError:  # the pipe is full: a wake-up is pending already
+            pass
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def clear(self) -> None:
+        self._set = False
+        os.set_blocking(self._read_fd, False)
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        finally:
+            os.set_blocking(self._read_fd, True)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """True once set; else after ``timeout_s`` (None: until set) False."""
+        if not self._set:
+            try:
+                select.select([self._read_fd], [], [], timeout_s)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; a handler may set the flag
+                pass
+        return self._set
+
+
 def next_cycle_delay_s(daemon: Any) -> float:
     """Seconds to the next cycle: the interval, doubled per poll of Slurm that failed in a row
     (up to ``max_backoff_s``); back to the interval once a poll answers."""
@@ -70,7 +118,7 @@ def next_cycle_delay_s(daemon: Any) -> float:
     return min(section.interval_s * 2.0 ** min(failures, 32), section.max_backoff_s)
 
 
-def run_loop(daemon: Any, stopping: threading.Event, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+def run_loop(daemon: Any, stopping: "StopFlag | threading.Event", *, monotonic: Callable[[], float] = time.monotonic) -> None:
     """Run the periodic jobs until ``stopping`` is set; returns right after the job under way."""
     section = daemon.config.daemon
     start_s = monotonic()
@@ -180,9 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 
-    # Installed first: a SIGTERM at any moment only sets this event; the main thread notices
+    # Installed first: a SIGTERM at any moment only sets this flag; the main thread notices
     # it (during start-up after the first cycle, later at once or when the running cycle ends).
-    stopping = threading.Event()
+    stopping = StopFlag()
 
     def stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping after the current cycle", signum)

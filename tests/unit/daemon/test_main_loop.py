@@ -149,3 +149,44 @@ def test_systemd_hears_ready_before_a_long_first_cycle(tmp_path, monkeypatch) ->
         listener.close()
     assert stub.stats.cycles == 1
     assert any("READY=1" in message.split("\n") for message in heard_during_first_cycle), heard_during_first_cycle
+
+
+_STRESS = r"""
+import signal, sys, threading, time
+from asrpt.daemon.main import StopFlag
+kind = sys.argv[1]
+make = StopFlag if kind == "flag" else threading.Event
+stop = make()
+signal.signal(signal.SIGALRM, lambda *_: stop.set())
+signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)  # a signal every millisecond
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    stop.clear()
+    stop.wait(0.0005)
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("done")
+"""
+
+
+def test_a_stop_signal_during_the_wait_never_deadlocks() -> None:
+    """A CI run left asrptd hung for good after SIGTERM: py-spy showed the handler's
+    ``Event.set`` waiting for the lock its own thread held inside ``Event.wait`` in run_loop.
+    The daemon's StopFlag takes no lock: thousands of signals landing in its wait pass."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _STRESS, "flag"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr
+
+
+def test_the_stop_flag_waits_and_wakes_like_an_event() -> None:
+    from asrpt.daemon.main import StopFlag
+
+    flag = StopFlag()
+    started = time.monotonic()
+    assert flag.wait(0.05) is False and time.monotonic() - started >= 0.04
+    threading.Timer(0.05, flag.set).start()
+    started = time.monotonic()
+    assert flag.wait(5.0) is True and time.monotonic() - started < 1.0
+    assert flag.is_set() and flag.wait(0) is True

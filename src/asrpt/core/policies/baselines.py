@@ -14,7 +14,7 @@ from asrpt.core.dispatch import DispatchMemo, DispatchOptions, dispatch
 from asrpt.core.keyed_queue import KeyedQueue
 from asrpt.core.model import ClusterSnapshot, Decision, Job, LazyOrder, PendingJobs, RunningJob, pending_by_id
 from asrpt.core.placement import alpha_min_s
-from asrpt.core.policies.preemption import without_running
+from asrpt.core.policies.preemption import requeues_that_make_room
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import id_sort_key, tie_rounded
 
@@ -545,18 +545,7 @@ class TiresiasPolicy(OrderedPolicy):
             preempt = [job_id for job_id in preempt if now_s - started_s[job_id] >= self.preempt_exempt_s]
         if not preempt:
             return self.dispatch_queue(snapshot, now_s, state, pending)
-        decision = self.dispatch_queue(without_running(snapshot, set(preempt)), now_s, state, pending)
-        # The budget counts accelerators, but a job starts only in its allocation shape: stop
-        # just the jobs whose nodes a start of a charged (higher-priority) job really takes.
-        # Slots freed for a job whose shape they do not form would only be churn: taken by a
-        # lower job, the victim displacing it again next event, at every event.
-        used = {name for p in decision.starts if p.job_id in charged for name in p.node_counts}
-        chosen = set(preempt)
-        victims = {r.job.job_id: r.placement.node_counts for r in snapshot.running if r.job.job_id in chosen}
-        needed = [job_id for job_id in preempt if used.intersection(victims[job_id])]
-        if not needed:  # the original snapshot, so the dispatcher's memo still recognises it
-            decision = self.dispatch_queue(snapshot, now_s, state, pending)
-        elif len(needed) != len(preempt):
-            decision = self.dispatch_queue(without_running(snapshot, set(needed)), now_s, state, pending)
+        decision, needed = requeues_that_make_room(
+            snapshot, preempt, charged, lambda view: self.dispatch_queue(view, now_s, state, pending))
         return replace(decision, preempts=tuple(needed))
 

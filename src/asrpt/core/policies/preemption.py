@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 from asrpt.core.dispatch import expected_end_s
 from asrpt.core.model import ClusterSnapshot, Decision, Job, Node, RunningJob
@@ -55,6 +55,25 @@ def without_running(snapshot: ClusterSnapshot, job_ids: set[str]) -> ClusterSnap
     ]
     # Requeued jobs are not started again in the same cycle: they wait behind what displaced them.
     return replace(snapshot, nodes=tuple(nodes), running=tuple(kept))
+
+
+def requeues_that_make_room(snapshot: ClusterSnapshot, victims: list[str], charged: set[str],
+                            decide_on: Callable[[ClusterSnapshot], Decision]) -> tuple[Decision, list[str]]:
+    """(the decision, the victims really requeued): decide on the snapshot without ``victims``,
+    keep only those whose nodes a start of a job in ``charged`` (the jobs they were displaced
+    for) takes, and decide again without just those, or on the unchanged snapshot when none is
+    (its identity lets the dispatcher's memo recognise it). Slots freed for a job whose shape
+    they do not form would only be churn: taken by a lower job, the victim displacing it again
+    at the next event."""
+    decision = decide_on(without_running(snapshot, set(victims)))
+    used = {name for p in decision.starts if p.job_id in charged for name in p.node_counts}
+    nodes_of = {r.job.job_id: r.placement.node_counts for r in snapshot.running}
+    needed = [job_id for job_id in victims if used.intersection(nodes_of[job_id])]
+    if not needed:
+        return decide_on(snapshot), []
+    if len(needed) != len(victims):
+        decision = decide_on(without_running(snapshot, set(needed)))
+    return decision, needed
 
 
 class PreemptiveASRPTPolicy(ASRPTPolicy):
@@ -111,15 +130,9 @@ class PreemptiveASRPTPolicy(ASRPTPolicy):
                 charged.add(job_id)
         if not victims:
             return self._wake(decision_on(snapshot), wake_at_s)
-        decision = decision_on(without_running(snapshot, set(victims)))
-        # Stop only the jobs whose nodes a start of a job that displaced them really takes.
-        used = {name for p in decision.starts if p.job_id in charged for name in p.node_counts}
-        nodes_of = {r.job.job_id: r.placement.node_counts for r in snapshot.running}
-        needed = [job_id for job_id in victims if used.intersection(nodes_of[job_id])]
+        decision, needed = requeues_that_make_room(snapshot, victims, charged, decision_on)
         if not needed:
-            return self._wake(decision_on(snapshot), wake_at_s)
-        if len(needed) != len(victims):
-            decision = decision_on(without_running(snapshot, set(needed)))
+            return self._wake(decision, wake_at_s)
         for job_id in needed:
             state.requeues[job_id] = state.requeues.get(job_id, 0) + 1
             state.requeued_at_s[job_id] = now_s

@@ -95,9 +95,9 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     fit, path = work / "fit.json", work / "serving" / f"{MODEL}.json"
     path.parent.mkdir()
     commands = [
-        ["serving", "fit", "--profile", str(tp2), "--profile", str(tp4), "--format", "splitwise", "--json", str(fit)],
+        ["serving", "fit", "--profile", str(tp2), "--profile", str(tp4), "--profile-format", "splitwise", "--json-out", str(fit)],
         ["serving", "plan", "--model", MODEL, "--cluster", "a100x8+v100x4", "--fit", str(fit), "--trace", str(trace),
-         "--json", str(path), "--no-check", "--sample-requests", "100"],
+         "--json-out", str(path), "--no-check", "--sample-requests", "100"],
     ]
     for argv in commands:
         result = subprocess.run([_bin("asrpt"), *argv], capture_output=True, text=True, env=env, timeout=120)

@@ -94,7 +94,7 @@ def test_registered_in_the_asrpt_entry_point_when_wired(fit_json, tmp_path, caps
     if "serving" not in capsys.readouterr().out:
         pytest.skip("asrpt.cli.main does not register serving_commands yet")
     code = main.main(["serving", "plan", "--model", "gpt-5", "--cluster", "a100x8", "--fit", str(fit_json),
-                      "--trace", str(tmp_path / "t.csv"), "--json", str(tmp_path / "o.json")])
+                      "--trace", str(tmp_path / "t.csv"), "--json-out", str(tmp_path / "o.json")])
     assert code == 2
     assert capsys.readouterr().err.count("\n") == 1
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from asrpt.cli.arg_types import int_at_least, output_file
+from asrpt.cli.conventions import add_json_options, emit_json, table_stream
 from asrpt.cli.simulate import POLICY_NAMES, REQUEUE_COST_DEFAULT, parse_requeue_cost
 from asrpt.exceptions import AsrptError
 
@@ -73,7 +74,7 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     matrix.add_argument("--quick", action="store_true", help="tiny slices (120 jobs per trace), for smoke tests")
     matrix.add_argument("--total-load", action="store_true", help="scale all partitions by the total load instead of each by its own")
     matrix.add_argument("--workers", type=int, default=2, help="processes (cells are independent; default 2)")
-    matrix.add_argument("--json", type=output_file, default=None, metavar="OUT.json", help="also write the report as JSON")
+    add_json_options(matrix, what="the report")
     matrix.add_argument("--markdown", type=output_file, default=None, metavar="OUT.md", help="also write the table as markdown for bench/README.md")
     matrix.add_argument("--no-progress", action="store_true", help="no per-cell progress on stderr")
     matrix.add_argument("--requeue-cost", default=REQUEUE_COST_DEFAULT, metavar="CHECKPOINT_S,RESTART_S",
@@ -121,11 +122,10 @@ def run_bench_policies(args: argparse.Namespace) -> int:
         progress=None if args.no_progress else stderr_progress,
         requeue_cost=parse_requeue_cost(args.requeue_cost),
     )
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    emit_json(args, report)
     if args.markdown is not None:
         args.markdown.write_text(format_markdown(report))
-    print(format_table(report))
+    print(format_table(report), file=table_stream(args))
     return 0
 
 

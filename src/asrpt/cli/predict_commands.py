@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from asrpt.core.prediction import UNSEEN_POLICIES  # light: no scikit-learn for `asrpt --help`
+from asrpt.cli.conventions import add_json_options, add_trace_format, emit_json, table_stream
 from asrpt.exceptions import AsrptError
 
 #: Trace formats ``--format`` accepts.
@@ -32,10 +33,8 @@ def add_predict_parser(
         ),
     )
     ev.add_argument("--trace", required=True, type=Path, metavar="CSV", help="trace file")
-    ev.add_argument(
-        "--format", choices=TRACE_FORMATS, default="pai", help="trace format (default: pai)"
-    )
-    ev.add_argument("--json", type=Path, metavar="OUT", help="also write the report as JSON")
+    add_trace_format(ev, TRACE_FORMATS, default="pai")
+    add_json_options(ev, what="the report")
     ev.add_argument(
         "--train-fraction",
         type=float,
@@ -77,13 +76,12 @@ def run_predict_evaluate(args: argparse.Namespace) -> int:
     except (AsrptError, ValueError) as error:
         print(f"asrpt predict evaluate: {error}", file=sys.stderr)
         return 1
-    report = {"trace": str(args.trace), "format": args.format, **report}
+    report = {"trace": str(args.trace), "format": args.fmt, **report}
     report["unseen_policy"] = args.unseen_policy
-    print(format_table(report))
-    if args.json is not None:
-        try:
-            args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        except OSError as error:
-            print(f"asrpt predict evaluate: cannot write {args.json}: {error}", file=sys.stderr)
-            return 1
+    print(format_table(report), file=table_stream(args))
+    try:
+        emit_json(args, report)
+    except AsrptError as error:
+        print(f"asrpt predict evaluate: {error}", file=sys.stderr)
+        return 1
     return 0

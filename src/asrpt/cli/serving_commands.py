@@ -12,11 +12,13 @@ test, and the handlers import what they need.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from pathlib import Path
 
 from asrpt.cli.arg_types import output_file
+from asrpt.cli.conventions import add_deprecated_alias, add_json_options, emit_json, require, table_stream
 from asrpt.serving.errors import ClusterSpecError, ConfigError
 from asrpt.serving.models import find_model, known_model_names
 
@@ -45,8 +47,10 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                     "cross-validation (each measured point held out once), reported per fit and per file.")
     fit.add_argument("--profile", required=True, action="append", type=Path, metavar="FILE",
                      help="profile file (repeat for several files of one format)")
-    fit.add_argument("--format", required=True, choices=PROFILE_FORMATS, help="profile format")
-    fit.add_argument("--json", required=True, type=output_file, metavar="OUT", help="where to write the fits")
+    fit.add_argument("--profile-format", dest="profile_format", choices=PROFILE_FORMATS, default=None,
+                     help="profile format (required)")
+    add_deprecated_alias(fit, "--format", dest="profile_format", new_option="--profile-format", metavar="FORMAT")
+    add_json_options(fit, what="the fits (give --json-out or --json)")
     fit.add_argument("--model", help="model name, for files that do not carry it (distserve: default opt-13b)")
     fit.add_argument("--hardware", help="accelerator name, for files that do not carry it (distserve: a100-80gb)")
     fit.add_argument("--tp", type=int, help="tensor-parallel degree, for distserve files (default 1)")
@@ -63,7 +67,7 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     plan.add_argument("--cluster", required=True, help=CLUSTER_HELP)
     plan.add_argument("--fit", required=True, type=Path, metavar="FIT_JSON", help="output of `serving fit`")
     plan.add_argument("--trace", required=True, type=Path, metavar="AZURE_CSV", help="Azure LLM inference trace CSV")
-    plan.add_argument("--json", required=True, type=output_file, metavar="OUT", help="where to write the plan")
+    add_json_options(plan, what="the plan (give --json-out or --json)")
     plan.add_argument("--sample-requests", type=int,
                       help="requests in the estimate's sample (default: 10 x the batch slots of the largest instance, 200-5000)")
     plan.add_argument("--seed", type=int, default=0, help="seed of the estimate's sample (default 0)")
@@ -90,7 +94,7 @@ def add_serving_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     route.add_argument("--output-predictor", choices=OUTPUT_PREDICTORS, default="bucket",
                        help="router's output-length guess: mean by prompt-length bucket (default), global mean, "
                             "or the true length (an upper bound)")
-    route.add_argument("--json", type=output_file, metavar="OUT", help="write the results as JSON")
+    add_json_options(route, what="the results")
     route.add_argument("--table", type=output_file, metavar="OUT_MD", help="also write the table to this file")
     route.add_argument("--plot", type=output_file, metavar="OUT_PNG", help="plot throughput and TTFT p99 against rate")
     route.set_defaults(func=run_route_sim)
@@ -137,10 +141,25 @@ def run_fit(args: argparse.Namespace) -> int:
 
     if args.folds < 1:
         raise ConfigError(f"--folds must be >= 1, got {args.folds}")
-    profiles = [read_profile(path, args.format, model=args.model, hardware=args.hardware, tp=args.tp)
+    _require_json_destination(args)
+    profile_format = require(args, "profile_format", "--profile-format")
+    if profile_format not in PROFILE_FORMATS:
+        raise ConfigError(f"--profile-format {profile_format!r}: choose from {', '.join(PROFILE_FORMATS)}")
+    profiles = [read_profile(path, profile_format, model=args.model, hardware=args.hardware, tp=args.tp)
                 for path in args.profile]
     document = fit_profiles(profiles, FitSettings(folds=args.folds, seed=args.seed))
-    _write_json(args.json, document)
+    emit_json(args, document)
+    with contextlib.redirect_stdout(table_stream(args)):
+        _print_fit_table(document)
+    return 0
+
+
+def _require_json_destination(args: argparse.Namespace) -> None:
+    if args.json_out is None and not args.json:
+        raise ConfigError("give --json-out PATH (or --json to print the JSON on stdout)")
+
+
+def _print_fit_table(document: dict) -> None:
     print("| fit | prefill held-out MdAPE | decode held-out MdAPE |")
     print("|---|---|---|")
     for label, entry in document["fits"].items():
@@ -151,7 +170,6 @@ def run_fit(args: argparse.Namespace) -> int:
         cells = [f"{entry[f'{p}_heldout_median_ape'] * 100:.1f} %" if entry[f"{p}_heldout_median_ape"] is not None
                  else "n/a" for p in ("prefill", "decode")]
         print(f"file {path}: prefill {cells[0]}, decode {cells[1]}")
-    return 0
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -162,6 +180,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from asrpt.serving.report import plan_table, ranking_lines
     from asrpt.serving.workload import read_azure_trace, sample_lengths, usable_lengths
 
+    _require_json_destination(args)
     model = get_model(args.model)
     cluster = parse_cluster(args.cluster)
     fits = FitSet.load(args.fit)
@@ -175,11 +194,11 @@ def run_plan(args: argparse.Namespace) -> int:
     document.update({"trace": str(args.trace), "sample_seed": args.seed,
                      "dropped_long_prompts": population.dropped_long_prompts,
                      "engine": {name: getattr(cluster.engine, name) for name in cluster.engine.__dataclass_fields__}})
-    print(plan_table(document))
+    print(plan_table(document), file=table_stream(args))
     if not args.no_check:
         document["ranking_check"] = check_ranking(plan, fits, population, seeds=_ints(args.check_seeds, "--check-seeds"))
-        print(ranking_lines(document["ranking_check"]))
-    _write_json(args.json, document)
+        print(ranking_lines(document["ranking_check"]), file=table_stream(args))
+    emit_json(args, document)
     return 0
 
 
@@ -219,8 +238,9 @@ def run_route_sim(args: argparse.Namespace) -> int:
     report = run_route_experiment(experiment, rows, rates)
     report["trace"] = str(args.trace)
     table = route_table(report)
-    print(f"{model.name} on {', '.join(i.name for i in instances)}; {args.requests} requests x seeds {list(experiment.seeds)}")
-    print(table)
+    print(f"{model.name} on {', '.join(i.name for i in instances)}; {args.requests} requests x seeds {list(experiment.seeds)}",
+          file=table_stream(args))
+    print(table, file=table_stream(args))
     if args.table:
         try:
             args.table.write_text(table + "\n", encoding="utf-8")
@@ -228,6 +248,5 @@ def run_route_sim(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write {args.table}: {error.strerror or error}") from error
     if args.plot:
         plot_route_report(report, args.plot)
-    if args.json:
-        _write_json(args.json, report)
+    emit_json(args, report)
     return 0

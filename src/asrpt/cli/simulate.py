@@ -22,6 +22,7 @@ from asrpt.core.prediction import (  # light: names and defaults only, no scikit
     UNSEEN_REFERENCES,
 )
 from asrpt.cli.arg_types import float_at_least, output_file
+from asrpt.cli.conventions import add_deprecated_alias, add_json_options, add_trace_format, require, seed_list
 from asrpt.exceptions import AsrptError
 
 #: asrpt.sim.cluster.DEFAULT_REQUEUE_COST, literal so that `asrpt --help` stays fast; a test checks it.
@@ -54,14 +55,14 @@ DEMO_POLICIES = ("asrpt", "asrpt-oracle", "fifo", "sjf-oracle", "spwf", "qssf", 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     sim = commands.add_parser("simulate", help="replay a trace under several policies and compare them")
     sim.add_argument("--trace", required=True, type=Path, help="trace file")
-    sim.add_argument("--format", required=True, choices=TRACE_FORMAT_NAMES, dest="fmt")
-    sim.add_argument("--columns", default=None, help="for --format csv: submit=COL,duration=COL,gpus=COL[,user=...]")
+    add_trace_format(sim, TRACE_FORMAT_NAMES, default=None)
+    sim.add_argument("--columns", default=None, help="for --trace-format csv: submit=COL,duration=COL,gpus=COL[,user=...]")
     _add_common(sim)
     sim.set_defaults(func=run_simulate)
 
     demo = commands.add_parser("demo", help="replay the bundled PAI trace slice; no set-up needed")
     demo.add_argument("--plot", type=output_file, default="asrpt-demo.png", help="where to write the JCT CDF plot")
-    demo.add_argument("--json", type=output_file, default=None, help="also write the comparison as JSON")
+    add_json_options(demo, what="the comparison")
     demo.add_argument(
         "--limit",
         type=int,
@@ -107,7 +108,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="A-SRPT: do not cap predictions at what fits in the job's time limit (the paper's unbounded belief)",
     )
-    parser.add_argument("--seed", action="append", type=int, help="workload-mapping seed (repeat to sweep)")
+    parser.add_argument("--seeds", type=seed_list, default=None, metavar="SEED[,SEED...]",
+                        help="workload-mapping seed, or a comma-separated sweep (default 0)")
+    add_deprecated_alias(parser, "--seed", dest="seeds", new_option="--seeds", convert=seed_list, append=True, metavar="N")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
     parser.add_argument("--strict", action="store_true", help="fail on the first bad trace row instead of skipping it")
     parser.add_argument("--mode", choices=DISPATCH_MODES, default="backfill", help="A-SRPT dispatch mode")
@@ -139,7 +142,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="give the baselines A-SRPT's communication-heavy hold too (--comm-heavy, --tau); off by default, "
         "as Slurm never holds a job for a better placement",
     )
-    parser.add_argument("--json", type=output_file, default=None, help="write the comparison as JSON")
+    add_json_options(parser, what="the comparison")
     parser.add_argument(
         "--jobs",
         type=output_file,
@@ -196,7 +199,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise AsrptError("--jobs cannot be combined with --forecast (forecasts replay hypothetical starts through the policy)")
     comparison = compare(
         trace=args.trace,
-        fmt=args.fmt,
+        fmt=require(args, "fmt", "--trace-format"),
         columns=columns,
         cluster_name=args.cluster,
         policies=args.policy or ["asrpt", "fifo", "multifactor"],
@@ -206,7 +209,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             "rf_unseen_reference": args.rf_unseen_reference,
             "rf_estimate": args.rf_estimate,
         },
-        seeds=args.seed or [0],
+        seeds=args.seeds or [0],
         limit=args.limit,
         strict=args.strict,
         options=ASRPTOptions(
@@ -228,7 +231,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         rows = write_jobs_csv(args.jobs, comparison.job_rows or [])
         print(f"asrpt: wrote {rows} job rows to {args.jobs}", file=sys.stderr)
-    _emit(comparison, args.json, args.plot)
+    _emit(comparison, args.json_out, args.plot, json_stdout=args.json)
     return 0
 
 
@@ -250,8 +253,8 @@ def run_demo(args: argparse.Namespace) -> int:
             options=ASRPTOptions(),
             progress=True,
         )
-    _emit(comparison, args.json, args.plot)
-    print(f"\nplot written to {args.plot}")
+    _emit(comparison, args.json_out, args.plot, json_stdout=args.json)
+    print(f"plot written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -403,14 +406,14 @@ def _sweep(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
     return out
 
 
-def _emit(comparison: Comparison, json_path: Path | None, plot_path: Path | None) -> None:
+def _emit(comparison: Comparison, json_path: Path | None, plot_path: Path | None, *, json_stdout: bool = False) -> None:
     report = comparison.report
     try:  # the paths were checked at parse time; the disk can still fill or the directory go
         if json_path is not None:
             json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     except OSError as error:
         raise AsrptError(f"cannot write {json_path}: {error.strerror or error}") from error
-    print(format_table(report))
+    print(json.dumps(report, indent=2, sort_keys=True) if json_stdout else format_table(report))
     if plot_path is not None:
         try:
             plot_jct_cdfs(comparison.jct_by_policy, plot_path, title=f"{Path(report['trace']).name} on {report['cluster']}")

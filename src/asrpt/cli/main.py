@@ -29,10 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("asrpt.cli.serving_commands", "add_serving_parser"),
         ("asrpt.cli.bench_commands", "add_bench_parser"),
         ("asrpt.cli.queue_commands", "add_queue_parsers"),
+        ("asrpt.cli.shell_integration", "add_shell_parsers"),
     ):
         module = importlib.import_module(module_name)
         getattr(module, adder)(commands)
-    return parser
+    from asrpt.cli.help_format import finish_parsers
+
+    return finish_parsers(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

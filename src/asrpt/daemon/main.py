@@ -210,7 +210,10 @@ def release_holds_without_history(config_path: str | None) -> int:
     return released
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``asrptd``'s options (also walked by the completion and man-page generators)."""
+    from asrpt.cli.help_format import finish_parsers
+
     parser = argparse.ArgumentParser(prog="asrptd", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--config", default=None, help="configuration file (default $ASRPT_CONFIG or /etc/asrpt/asrpt.toml)")
     parser.add_argument("--once", action="store_true", help="run one sync + cycle and exit (for cron, tests, debugging)")
@@ -225,7 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("ASRPT_LOG_LEVEL", "INFO"),
         help=f"one of {', '.join(LOG_LEVELS)}, any case (default $ASRPT_LOG_LEVEL or INFO)",
     )
-    args = parser.parse_args(argv)
+    return finish_parsers(parser)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 
     # Installed first: a SIGTERM at any moment only sets this flag; the main thread notices

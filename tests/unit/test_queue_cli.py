@@ -298,3 +298,32 @@ def test_a_job_of_unknown_length_shows_unknown_at_most_its_limit_not_an_end(tmp_
     job = json.loads(out)["jobs"][0]
     assert job["predicted_end"] is None and job["predicted_end_s"] is None and job["end_unknown"] is True
     assert job["latest_end"] == "2025-06-15T15:26:40Z" and job["latest_end_s"] == NOW_S + 1200
+
+
+def test_squeue_selection_options_jobs_states_and_start(url, capsys) -> None:
+    code, out, _ = run(capsys, "queue", "--url", url, "--noheader", "-j", "103,100")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["100", "103"]  # asrpt's order
+    code, out, _ = run(capsys, "queue", "--url", url, "--noheader", "-t", "R")
+    assert [line.split()[0] for line in out.splitlines()] == ["100"]
+    code, out, _ = run(capsys, "queue", "--url", url, "--noheader", "--states", "pending,RUNNING")
+    assert [line.split()[0] for line in out.splitlines()] == ["100", "101", "102", "103"]
+    code, out, _ = run(capsys, "queue", "--url", url, "--start")
+    header, *rows = out.splitlines()
+    assert header.split()[:6] == ["JOBID", "PARTITION", "NAME", "USER", "ST", "START"]
+    assert [line.split()[0] for line in rows] == ["101", "102", "103"]  # pending only, as squeue --start
+    with pytest.raises(SystemExit):
+        main(["queue", "--url", url, "-t", "COMPLETED"])
+    assert "invalid state 'COMPLETED'" in capsys.readouterr().err
+
+
+def test_queue_unknown_user_errors_as_squeue_does(url, capsys) -> None:
+    code, out, err = run(capsys, "queue", "--url", url, "-u", "no-such-user-s21d")
+    assert (code, out) == (1, "")
+    assert "Invalid user: no-such-user-s21d" in err
+    code, _, _ = run(capsys, "queue", "--url", url, "-u", "root")  # known here, no jobs: an empty queue
+    assert code == 0
+
+
+def test_queue_says_as_of_when_the_forecasts_were_made(url, capsys) -> None:
+    _, _, err = run(capsys, "queue", "--url", url)
+    assert f"forecasts as of {queue_view.iso_utc(NOW_S - 30)}" in err

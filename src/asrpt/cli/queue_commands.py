@@ -38,6 +38,9 @@ __all__ = ["CONFIG_ENV", "DATABASE_URL_ENV", "add_queue_parsers", "resolve_datab
 STALE_AFTER_S = 600.0
 
 
+from asrpt.cli.queue_filters import START_FORMAT, InvalidUser, add_squeue_filters, check_users, select  # noqa: E402
+
+
 def add_queue_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``queue``, ``eta`` and ``explain`` under ``subparsers``."""
     from asrpt.cli.queue_view import DEFAULT_FORMAT
@@ -63,6 +66,7 @@ def add_queue_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     queue.add_argument("--json", action="store_true", help="print JSON instead of a table")
     queue.add_argument("-o", "--format", default=None, metavar="FMT", help=f"squeue-style format (default {DEFAULT_FORMAT.replace('%', '%%')!r})")
     queue.add_argument("--noheader", action="store_true", help="no header line")
+    add_squeue_filters(queue)
     _add_url_option(queue)
     queue.set_defaults(func=run_queue)
 
@@ -71,7 +75,7 @@ def add_queue_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="predicted start and end of one job",
         description="When the job is predicted to start and to finish, from the daemon's last cycle.",
     )
-    eta.add_argument("job_id", metavar="JOBID")
+    eta.add_argument("job_id", metavar="JOBID", help="a Slurm job id, as squeue prints it")
     eta.add_argument("--json", action="store_true", help="print JSON")
     _add_url_option(eta)
     eta.set_defaults(func=run_eta)
@@ -85,7 +89,7 @@ def add_queue_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
             "and the partition chosen."
         ),
     )
-    explain.add_argument("job_id", metavar="JOBID")
+    explain.add_argument("job_id", metavar="JOBID", help="a Slurm job id, as squeue prints it")
     explain.add_argument("--json", action="store_true", help="print JSON")
     _add_url_option(explain)
     explain.set_defaults(func=run_explain)
@@ -198,7 +202,7 @@ def _warn_if_stale(made_at_s: float | None, now_s: float) -> None:
 def run_queue(args: argparse.Namespace) -> int:
     from asrpt.cli import queue_view
 
-    fmt = args.format or queue_view.DEFAULT_FORMAT
+    fmt = args.format or (START_FORMAT if args.start else queue_view.DEFAULT_FORMAT)
     try:
         queue_view.parse_format(fmt)
     except queue_view.FormatError as error:
@@ -209,15 +213,23 @@ def run_queue(args: argparse.Namespace) -> int:
         import getpass
 
         user = getpass.getuser()
-    rows = read_views(args, lambda views: views.queue(user=user, partition=args.partition))
+    every_row = read_views(args, lambda views: views.queue(user=user, partition=args.partition))
+    try:
+        check_users(args.user, (r.user for r in every_row))
+    except InvalidUser as error:
+        print(f"asrpt queue: error: Invalid user: {error}", file=sys.stderr)
+        return 1
+    rows = select(every_row, args)
     now_s = time.time()
-    made_at_s = max((r.made_at_s for r in rows), default=None)
+    made_at_s = max((r.made_at_s for r in every_row), default=None)
     if args.json:
         policy = rows[0].policy if rows else None
         print(json.dumps(queue_view.queue_json(rows, made_at_s=made_at_s, policy=policy), indent=2))
     else:
         for line in queue_view.render_table(rows, fmt, now_s, header=not args.noheader):
             print(line)
+        if made_at_s is not None:
+            print(f"asrpt: forecasts as of {queue_view.iso_utc(made_at_s)}", file=sys.stderr)
     _warn_if_stale(made_at_s, now_s)
     return 0
 

@@ -54,6 +54,7 @@ class DaemonSection:
     #: Host names the endpoint answers besides this machine's own (a reverse proxy's public
     #: name when it forwards ``Host: $host``); any other Host header gets 421 (DNS rebinding).
     http_allowed_hosts: tuple[str, ...] = ()
+    #: Directory of the daemon's own state (the SQLite database by default, the trained model).
     state_dir: str = paths.DEFAULT_STATE_DIR
     #: Longest back-off after consecutive failed cycles, seconds.
     max_backoff_s: float = 300.0
@@ -76,13 +77,18 @@ class DatabaseSection:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSection:
+    #: Dispatch: ``strict`` head-of-line order (the paper), ``backfill`` (later jobs start only
+    #: when, by predicted runtimes, they do not delay the blocked head) or ``greedy``.
     mode: str = "backfill"
     #: ``work`` (Q by predicted work), ``virtual_completion`` (the paper) or ``remaining``.
     queue_order: str = "work"
     #: ``work`` order: the longest-waiting job pending at least this long heads the queue;
     #: ``inf`` turns the starvation guard off.
     overdue_after_s: float = 7 * 86400.0
+    #: A job whose communication cost (alpha) on its best placement now is this many times its
+    #: best possible is communication-heavy and may wait for a consolidated placement ...
     comm_heavy_ratio: float = 1.5
+    #: ... for at most this many multiples of its ideal runtime.
     comm_heavy_tau: float = 0.1
     #: Jobs examined behind the first blocked one per cycle (like Slurm's bf_max_job_test).
     backfill_depth: int = 100
@@ -112,6 +118,7 @@ class SchedulerSection:
 
 @dataclass(frozen=True, slots=True)
 class SpoolSection:
+    #: Where asrpt-sbatch drops one record per submission (job script hints) for asrptd.
     dir: str = paths.DEFAULT_SPOOL_DIR
     #: Records older than this whose job Slurm never reports are discarded, seconds.
     max_age_s: float = 86400.0
@@ -123,6 +130,7 @@ class SpoolSection:
 
 @dataclass(frozen=True, slots=True)
 class WrapperSection:
+    #: The sbatch that asrpt-sbatch runs after recording the submission.
     real_sbatch: str = "/usr/bin/sbatch"
 
 
@@ -131,11 +139,12 @@ class ServingSection:
     """``[serving]``: deployment plans for jobs that say ``#ASRPT serve-model=NAME``.
 
     ``plan`` is one path or a list of paths, each a JSON file written by ``asrpt serving plan
-    --model NAME --json FILE`` (one model per file), or a directory whose ``*.json`` files are
+    --model NAME --json-out FILE`` (one model per file), or a directory whose ``*.json`` files are
     such plans. A plan is read at start and re-read when its file changes; an unreadable plan
     is logged and its model's jobs are scheduled as ordinary jobs. Empty: no serving plans.
     """
 
+    #: Serving plan files or directories of them (see above).
     plan: tuple[str, ...] = ()
 
 
@@ -143,12 +152,17 @@ class ServingSection:
 class PartitionSection:
     """One ``[[slurm.partitions]]``: nodes of one accelerator type and one interconnect."""
 
+    #: The Slurm partition holding the nodes.
     name: str
+    #: The speed-table accelerator type of its nodes (``a100``, ``v100``, ``t4``...).
     accelerator: str
+    #: Bandwidth between accelerators of one node, GB/s.
     intra_node_gbps: float = 150.0
+    #: Bandwidth between nodes, GB/s.
     inter_node_gbps: float = 12.5
     #: For an accelerator the speed table lacks (an NPU): its speed relative to ``relative_to``.
     relative_speed: float | None = None
+    #: The speed-table type that ``relative_speed`` is relative to.
     relative_to: str = "a100"
     #: The serving tools' name of this accelerator (``a100-80gb``, ``a100-40gb``...), to match
     #: a serving plan's machine types; default: ``accelerator`` looked up among their aliases.

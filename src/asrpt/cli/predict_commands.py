@@ -63,6 +63,7 @@ def add_predict_parser(
 
 def run_predict_evaluate(args: argparse.Namespace) -> int:
     from asrpt.predict.evaluate import evaluate, format_table, read_pai_trace
+    from asrpt.cli.progress import Progress
     from asrpt.predict.predictor import IterationPredictor
 
     try:
@@ -72,7 +73,9 @@ def run_predict_evaluate(args: argparse.Namespace) -> int:
             train_fraction=args.train_fraction,
             predictor=IterationPredictor(random_state=args.seed, unseen_policy=args.unseen_policy),
             retrain_every=args.retrain_every or None,
+            progress=(bar := Progress("predict evaluate")).update,
         )
+        bar.close()
     except (AsrptError, ValueError) as error:
         print(f"asrpt predict evaluate: {error}", file=sys.stderr)
         return 1

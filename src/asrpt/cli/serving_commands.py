@@ -235,7 +235,11 @@ def run_route_sim(args: argparse.Namespace) -> int:
                                  output_predictor=args.output_predictor, engine=engine)
     rows = read_azure_trace(args.trace)
     rates = _rates(args.rates) if args.rates else default_rates(experiment, rows)
-    report = run_route_experiment(experiment, rows, rates)
+    from asrpt.cli.progress import Progress
+
+    bar = Progress("serving route-sim", unit="runs")
+    report = run_route_experiment(experiment, rows, rates, progress=bar.update)
+    bar.close()
     report["trace"] = str(args.trace)
     table = route_table(report)
     print(f"{model.name} on {', '.join(i.name for i in instances)}; {args.requests} requests x seeds {list(experiment.seeds)}",

@@ -22,6 +22,7 @@ from asrpt.core.prediction import (  # light: names and defaults only, no scikit
     UNSEEN_REFERENCES,
 )
 from asrpt.cli.arg_types import float_at_least, output_file
+from asrpt.cli.progress import Progress, human_duration
 from asrpt.cli.conventions import add_deprecated_alias, add_json_options, add_trace_format, require, seed_list
 from asrpt.exceptions import AsrptError
 
@@ -326,7 +327,7 @@ def compare(
         for name in policies:
             policy = make_policy(name, speed, options, baseline_comm_heavy_hold=baseline_comm_heavy_hold)
             started = time.perf_counter()
-            bar = _ProgressBar(f"{name} seed {seed}") if progress and len(built.jobs) >= 2000 else None
+            bar = Progress(f"{name} seed {seed}") if progress else None
             accuracy = None
             if forecast_samples > 0:
                 from asrpt.sim.forecast_accuracy import measure_forecasts
@@ -425,10 +426,10 @@ def format_table(report: dict[str, Any]) -> str:
     bound = report["lower_bound"]["total_jct_s"]
     lines = [
         f"{report['jobs']} jobs from {Path(report['trace']).name} on cluster {report['cluster']} "
-        f"(predictor: {report['predictor']}); lower bound on total JCT {bound:,.0f} s",
+        f"(predictor: {report['predictor']}); lower bound on total JCT {bound:,.0f} s ({human_duration(bound)})",
         "",
-        f"{'policy':<14}{'total JCT s':>16}{'x bound':>9}{'avg JCT s':>12}{'p50 s':>10}{'p99 s':>11}"
-        f"{'avg queue s':>13}{'util':>7}{'wall s':>8}",
+        f"{'policy':<14}{'total JCT s':>16}{'x bound':>9}{'avg JCT s':>21}{'p50 s':>21}{'p99 s':>21}"
+        f"{'avg queue s':>21}{'util':>7}{'wall s':>8}",
     ]
     forecasts = any("forecast" in m for m in report["policies"].values())
     if forecasts:
@@ -436,8 +437,9 @@ def format_table(report: dict[str, Any]) -> str:
     ranked = sorted(report["policies"].items(), key=lambda item: item[1]["total_jct_s"])
     for name, m in ranked:
         line = (
-            f"{name:<14}{m['total_jct_s']:>16,.0f}{m['ratio_to_lower_bound']:>9.2f}{m['avg_jct_s']:>12,.0f}"
-            f"{m['p50_jct_s']:>10,.0f}{m['p99_jct_s']:>11,.0f}{m['avg_queue_s']:>13,.0f}"
+            f"{name:<14}{m['total_jct_s']:>16,.0f}{m['ratio_to_lower_bound']:>9.2f}{_seconds_and_human(m['avg_jct_s']):>21}"
+            f"{_seconds_and_human(m['p50_jct_s']):>21}{_seconds_and_human(m['p99_jct_s']):>21}"
+            f"{_seconds_and_human(m['avg_queue_s']):>21}"
             f"{m['utilization']:>7.2f}{m['wall_s']:>8.1f}"
         )
         if forecasts and "forecast" in m:
@@ -457,6 +459,11 @@ def format_table(report: dict[str, Any]) -> str:
             r = stats["ratio_to_lower_bound"]
             lines.append(f"  {name:<14}{r['mean']:.3f} +- {r['stdev']:.3f}  (min {r['min']:.3f}, max {r['max']:.3f})")
     return "\n".join(lines)
+
+
+def _seconds_and_human(value: float) -> str:
+    """``12,345 (3.4 h)``: seconds to compare, hours or days to read."""
+    return f"{value:,.0f} ({human_duration(value)})"
 
 
 def _error_text(value: float | None) -> str:
@@ -484,26 +491,3 @@ def plot_jct_cdfs(jct_by_policy: dict[str, list[float]], path: Path, title: str)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-class _ProgressBar:
-    """A one-line progress bar on stderr (only when stderr is a terminal)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.enabled = sys.stderr.isatty()
-        self._last = -1
-
-    def update(self, done: int, total: int) -> None:
-        if not self.enabled or total <= 0:
-            return
-        percent = done * 100 // total
-        if percent != self._last:
-            self._last = percent
-            filled = percent // 4
-            sys.stderr.write(f"\r{self.label:<24} [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}%")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")

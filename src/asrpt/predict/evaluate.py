@@ -18,7 +18,7 @@ import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -145,6 +145,7 @@ def evaluate(
     train_fraction: float = 0.8,
     predictor: IterationPredictor | None = None,
     retrain_every: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Fit at the split, predict the test period, and report errors per model.
 
@@ -154,7 +155,7 @@ def evaluate(
 
     Returns ``{"n_train", "n_test", "train_fraction", "split_time_s", "models": {NAME:
     {"n", "median_ape", "mae_log", "recurring": {...}, "first_seen": {...}}}}`` with
-    NAME in ``("rf", *BASELINES)``.
+    NAME in ``("rf", *BASELINES)``. ``progress(done, total)`` is called after each chunk of test jobs.
     """
     if not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
@@ -194,6 +195,8 @@ def evaluate(
         predictions["rf"].append(model.predict(X[rows_now]))
         for name in BASELINES:
             predictions[name].append(baseline_predictions(name, X[rows_now], global_median))
+        if progress is not None:
+            progress(start + len(rows_now), len(test_index))
     candidates = {name: np.concatenate(parts) for name, parts in predictions.items()}
 
     models: dict[str, Any] = {}

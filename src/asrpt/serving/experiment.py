@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -71,8 +71,14 @@ def default_rates(experiment: RouteExperiment, rows: Sequence[TraceRow]) -> list
     return [f if math.isinf(f) else float(f"{f * capacity:.2g}") for f in DEFAULT_LOAD_FRACTIONS]
 
 
-def run_route_experiment(experiment: RouteExperiment, rows: Sequence[TraceRow], rates: Sequence[float]) -> dict:
-    """``{"rates": [...], "policies": {name: {rate: {metric: mean, metric_std: ...}}}, ...}``."""
+def run_route_experiment(experiment: RouteExperiment, rows: Sequence[TraceRow], rates: Sequence[float],
+                         progress: Callable[[int, int], None] | None = None) -> dict:
+    """``{"rates": [...], "policies": {name: {rate: {metric: mean, metric_std: ...}}}, ...}``.
+
+    ``progress(done, total)`` is called after each simulated (policy, rate, seed) run.
+    """
+    runs_total = len(experiment.policies) * len(rates) * len(experiment.seeds)
+    runs_done = 0
     if experiment.output_predictor not in OUTPUT_PREDICTORS:
         raise ConfigError(f"unknown output predictor {experiment.output_predictor!r}; known: {', '.join(OUTPUT_PREDICTORS)}")
     history, future = split_by_time(rows, experiment.history_fraction)
@@ -99,6 +105,9 @@ def run_route_experiment(experiment: RouteExperiment, rows: Sequence[TraceRow], 
                 result = simulate(requests, experiment.instances, router, engine=experiment.engine,
                                   max_model_len=experiment.model.max_model_len)
                 summaries.append(result.summary())
+                runs_done += 1
+                if progress is not None:
+                    progress(runs_done, runs_total)
             entry = {metric: float(np.mean([s[metric] for s in summaries])) for metric in METRICS}
             entry.update({f"{metric}_std": float(np.std([s[metric] for s in summaries])) for metric in METRICS})
             entry["completed"] = int(sum(s["completed"] for s in summaries))

@@ -1,7 +1,7 @@
 """Where an LLM serving job runs: the deployment optimiser's plan applied to a pending job.
 
 A job submitted with ``#ASRPT serve-model=NAME`` (and ``tp=auto`` or ``tp=N``) is an inference
-server. ``asrpt serving plan --model NAME --cluster ... --json FILE`` ranks, per machine type,
+server. ``asrpt serving plan --model NAME --cluster ... --json-out FILE`` ranks, per machine type,
 every memory-feasible tensor-parallel degree t by the machine's estimated throughput
 ``(u / t) * tokens / time`` and reports the best one (``best_tp``). The admin names those
 files in ``[serving] plan``; for each pending serving job the daemon then

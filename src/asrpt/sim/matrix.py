@@ -427,7 +427,7 @@ def run_matrix(
     progress: Callable[[str], None] | None = None,
     requeue_cost: RequeueCost = RequeueCost(),
 ) -> dict[str, Any]:
-    """Run every (trace, load, seed, policy) cell; returns the report (``--json``'s content).
+    """Run every (trace, load, seed, policy) cell; returns the report (``--json-out``'s content).
 
     ``jobs_per_trace`` overrides each trace's ``default_jobs``; ``workers`` > 1 runs cells in a
     process pool (they are independent), 1 runs them here. ``requeue_cost`` is what every

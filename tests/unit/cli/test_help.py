@@ -28,8 +28,8 @@ def test_every_option_has_help_that_shows_its_default(parser):
 def test_every_command_help_ends_with_examples(parser):
     text = parser.format_help().rstrip()
     assert "examples:" in text, f"{parser.prog}: no examples"
-    last = text.rsplit("examples:", 1)[1]
-    assert parser.prog.split()[0] in last and "--" not in text.rsplit("examples:", 1)[1].split("\n")[0]
+    examples = [line.strip() for line in text.rsplit("examples:", 1)[1].splitlines() if line.strip()]
+    assert examples and all(line.startswith((parser.prog.split()[0], "--")) for line in examples), examples
 
 
 def test_a_default_is_shown_in_the_help_text():

@@ -149,15 +149,21 @@ def test_cli_fails_when_every_trace_is_missing(tmp_path, capsys):
     assert "skipping trace philly" in err and "no trace to run" in err
 
 
-def test_rf_labels_take_predictor_options_and_reject_others():
+def test_labels_take_predictor_and_preemption_options_and_reject_others():
     from asrpt.exceptions import ConfigError
     from asrpt.sim.matrix import parse_label
 
-    assert parse_label("asrpt/rf") == ("asrpt", "rf", {})
+    assert parse_label("asrpt/rf") == ("asrpt", "rf", {}, {})
     assert parse_label("asrpt/rf:unseen=zero:ref=history:estimate=mean:clip=3:rerank=0") == (
         "asrpt", "rf", {"rf_unseen_policy": "zero", "rf_unseen_reference": "history", "rf_estimate": "mean",
-                        "rf_unseen_residual_clip": 3.0, "rf_rerank": False})
-    for bad in ("asrpt/rf:colour=red", "qssf:unseen=zero", "asrpt/rf:clip=x", "asrpt/rf:rerank=yes", "nope"):
+                        "rf_unseen_residual_clip": 3.0, "rf_rerank": False}, {})
+    assert parse_label("asrpt-preempt/rf:ratio=16:unseen=zero:requeues=1:exempt=60") == (
+        "asrpt-preempt", "rf", {"rf_unseen_policy": "zero"},
+        {"preempt_ratio": 16.0, "max_requeues": 1, "preempt_exempt_s": 60.0})
+    assert parse_label("asrpt-preempt/oracle:ratio=8") == ("asrpt-preempt", "oracle", {}, {"preempt_ratio": 8.0})
+    for bad in ("asrpt/rf:colour=red", "qssf:unseen=zero", "asrpt/rf:clip=x", "asrpt/rf:rerank=yes", "nope",
+                "asrpt/rf:ratio=16", "asrpt-preempt/oracle:unseen=zero", "asrpt-preempt/rf:ratio=0.5",
+                "asrpt-preempt/rf:requeues=x"):
         with pytest.raises(ConfigError):
             parse_label(bad)
 

@@ -25,7 +25,8 @@ first seed's jobs, and shared by all seeds, so the seeds vary the workload mappi
 Policies are labelled as in :data:`MATRIX_POLICIES`: baselines run with the ``history``
 predictor (the group/user median qssf was designed around; only ``spwf`` and ``qssf`` read
 predictions), A-SRPT once per predictor (``asrpt/oracle``, ``asrpt/history``, ``asrpt/rf``);
-an rf label may add predictor options after colons (:data:`LABEL_OPTIONS`).
+an rf label may add predictor options after colons (:data:`LABEL_OPTIONS`), and a preemptive
+A-SRPT label its preemption options (:data:`PREEMPT_LABEL_OPTIONS`), ``asrpt-preempt/rf:ratio=16``.
 Each (trace, load, seed, policy) replay is one independent cell, run in a process pool.
 """
 
@@ -101,24 +102,48 @@ LABEL_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
-def parse_label(label: str) -> tuple[str, str, dict[str, Any]]:
-    """(policy, predictor, make_predictions keywords) of a matrix label (``LABEL_OPTIONS``)."""
+#: Options an ``asrpt-preempt`` label may add after colons: option -> ``ASRPTOptions`` field.
+PREEMPT_LABEL_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "ratio": ("preempt_ratio", float),
+    "requeues": ("max_requeues", int),
+    "exempt": ("preempt_exempt_s", float),
+}
+
+
+def parse_label(label: str) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """(policy, predictor, make_predictions keywords, ASRPTOptions fields) of a matrix label
+    (``LABEL_OPTIONS`` for rf labels, ``PREEMPT_LABEL_OPTIONS`` for asrpt-preempt labels)."""
     base, _, rest = label.partition(":")
     if base not in MATRIX_POLICIES:
         raise ConfigError(f"unknown matrix policy {base!r}; valid: {', '.join(MATRIX_POLICIES)}")
     policy, predictor = MATRIX_POLICIES[base]
-    options: dict[str, Any] = {}
+    allowed: dict[str, tuple[dict[str, tuple[str, Callable[[str], Any]]], dict[str, Any]]] = {}
+    predictor_options: dict[str, Any] = {}
+    policy_options: dict[str, Any] = {}
+    if predictor == "rf":
+        allowed.update({key: (LABEL_OPTIONS, predictor_options) for key in LABEL_OPTIONS})
+    if policy == "asrpt-preempt":
+        allowed.update({key: (PREEMPT_LABEL_OPTIONS, policy_options) for key in PREEMPT_LABEL_OPTIONS})
     for item in filter(None, rest.split(":")):
         key, _, value = item.partition("=")
-        if key not in LABEL_OPTIONS or not value or predictor != "rf":
-            raise ConfigError(f"matrix label {label!r}: {item!r} is not one of "
-                              f"{', '.join(k + '=...' for k in LABEL_OPTIONS)} (rf labels only)")
-        keyword, parse = LABEL_OPTIONS[key]
+        if key not in allowed or not value:
+            valid = ", ".join(k + "=..." for k in allowed) or "none"
+            raise ConfigError(f"matrix label {label!r}: {item!r} is not an option of this label (valid: {valid}; "
+                              f"predictor options for rf labels, preemption options for asrpt-preempt labels)")
+        table, into = allowed[key]
+        keyword, parse = table[key]
         try:
-            options[keyword] = parse(value)
+            into[keyword] = parse(value)
         except (KeyError, ValueError):
             raise ConfigError(f"matrix label {label!r}: bad value in {item!r}") from None
-    return policy, predictor, options
+    if policy_options:
+        from asrpt.core.policies import ASRPTOptions
+
+        try:
+            ASRPTOptions(**policy_options)
+        except ValueError as error:
+            raise ConfigError(f"matrix label {label!r}: {error}") from None
+    return policy, predictor, predictor_options, policy_options
 
 
 #: The non-oracle baselines A-SRPT is compared with ("vs best baseline").
@@ -385,9 +410,12 @@ def _run_cell(cell: _Cell) -> dict[str, Any]:
 
     cluster, speed, jobs, bound, load = _workload(cell.trace, cell.path, cell.jobs_limit, cell.load, cell.seed,
                                                   cell.calibration_seed, cell.per_partition)
-    policy_name, predictor, options = parse_label(cell.policy)
+    from asrpt.core.policies import ASRPTOptions
+
+    policy_name, predictor, options, policy_options = parse_label(cell.policy)
     started = time.perf_counter()
-    outcome = simulate(jobs, cluster.partitions, cluster.nodes, make_policy(policy_name, speed),
+    policy = make_policy(policy_name, speed, ASRPTOptions(**policy_options))
+    outcome = simulate(jobs, cluster.partitions, cluster.nodes, policy,
                        make_predictions(predictor, seed=cell.seed, **options), requeue_cost=cell.requeue_cost)
     metrics = policy_metrics(outcome)
     wall_s = time.perf_counter() - started

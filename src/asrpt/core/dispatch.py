@@ -484,18 +484,26 @@ class _FirstFit:
 
     def returned_fits(self, counts: Mapping[str, int]) -> bool:
         """Hand ``counts`` back; whether the head now fits some placeable partition."""
-        free_by_partition, node_free, free = self.free_by_partition, self.node_free, self.free
+        free_by_partition, node_free, request_of = self.free_by_partition, self.node_free, self.request
+        current = self.free._current
         for name, count in counts.items():
-            node = free.node(name)
-            if node is None or node.partition not in free_by_partition:
+            node = current.get(name)
+            if node is None:
                 continue
-            before = node_free.get(name, node.accelerators_free)
-            after = min(before + count, node.accelerators_total)
+            partition = node.partition
+            if partition not in free_by_partition:
+                continue
+            before = node_free.get(name)
+            if before is None:
+                before = node.accelerators_free
+            after = before + count
+            if after > node.accelerators_total:
+                after = node.accelerators_total
             node_free[name] = after
-            free_by_partition[node.partition] += after - before
-            request = self.request[node.partition]
+            free_by_partition[partition] += after - before
+            request = request_of[partition]
             if request is not None and before < request[1] <= after:
-                self.wide_nodes[node.partition] += 1
+                self.wide_nodes[partition] += 1
         g = self.g
         for name, free_there in free_by_partition.items():
             if free_there >= g:

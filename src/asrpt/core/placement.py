@@ -250,6 +250,9 @@ def _shaped(job: Job, partition: Partition, speed: SpeedTable, n: int, k: int,
 @functools.lru_cache(maxsize=16384)
 def _shaped_search(shape: JobShape, partition: Partition, c_s: float, ideal_s: float, n: int, k: int,
                    alpha_aware: bool) -> tuple[float, float, tuple[int, ...]]:
+    """The best Heavy-Edge mapping onto ``n x k``. Cached on purpose: a pure function of small
+    immutable, hashable arguments, asked for the same few again and again; a bounded cache of
+    such cannot change an answer."""
     # The exact ideal for nodes of k is a floor: no placement on n x k beats it (bin packing
     # can make it unreachable, e.g. three 4-wide TP groups on 2 x 6, then every order is tried).
     alpha_s, cut_gb, codes, _ = _search(shape, partition, c_s, ideal_s * (1 + 1e-12), (k,) * n, n, alpha_aware)
@@ -292,7 +295,8 @@ def _evaluate(shape: JobShape, kinds: tuple[int, ...], capacities: tuple[int, ..
     alpha, cut, nodes used, node index per worker, whether a glued group was split.
 
     It depends on free counts, never on node names, so it is cached: a replay asks the same
-    question about the same shape of job on the same shape of free space over and over.
+    question about the same shape of job on the same shape of free space over and over (pure,
+    on immutable arguments, so the cache cannot change an answer).
     """
     edges = _edges_in_order(shape, kinds)
     glued = _coarsen(shape, range(shape.workers), cap, edges)
@@ -327,6 +331,9 @@ def _kind_orders(shape: JobShape, cap: int) -> list[tuple[int, ...]]:
 
 @functools.lru_cache(maxsize=4096)
 def _edges_in_order(shape: JobShape, kinds: tuple[int, ...]) -> tuple[tuple[int, int, float, int], ...]:
+    """A shape's edges in the order of ``kinds``. Cached on purpose: a pure function of small
+    immutable, hashable arguments, asked for the same few again and again; a bounded cache of
+    such cannot change an answer."""
     return tuple(e for k in kinds for e in shape.edges_by_kind[k])
 
 

@@ -576,13 +576,17 @@ class _SortedEnds:
         check runs on lists of ids (the old tuple is held, so an id seen in both is the same
         job)."""
         ids = list(map(id, running))
-        now_ids = set(ids)
-        gone = self.ids - now_ids
-        survivors = list(self.id_order)
-        for i in gone:
-            survivors.remove(i)
+        known = self.ids
+        gone = known.difference(ids)
+        if gone:
+            survivors = list(self.id_order)
+            for i in gone:
+                survivors.remove(i)
+        else:
+            survivors = self.id_order
         kept = len(survivors)
-        if len(now_ids) != len(ids) or ids[:kept] != survivors:
+        added = ids[kept:]
+        if ids[:kept] != survivors or not known.isdisjoint(added) or len(set(added)) != len(added):
             self._rebuild(running, now_s)
             return
         entries, ordered = self.entries, self.sorted
@@ -592,7 +596,9 @@ class _SortedEnds:
             del ordered[bisect.bisect_left(ordered, entry[3][:2])]
         for r in running[kept:]:
             self._add(r, now_s)
-        self.running, self.ids, self.id_order = running, now_ids, ids
+        known.difference_update(gone)
+        known.update(added)
+        self.running, self.id_order = running, ids
 
     def _rebuild(self, running: Sequence[RunningJob], now_s: float) -> None:
         self.entries, self.by_sequence, self.sorted, self.next_sequence = {}, {}, [], 0

@@ -98,7 +98,7 @@ class PlacementMemo:
     partition and size, so a memo never changes an answer.
     """
 
-    __slots__ = ("nodes", "views", "layout", "static")
+    __slots__ = ("nodes", "views", "layout", "static", "position_of", "positions", "single")
 
     def __init__(self) -> None:
         #: (the last node tuple, its views).
@@ -108,6 +108,31 @@ class PlacementMemo:
         self.layout: list[tuple[str, str, int]] | None = None
         #: Per partition (in first-seen order): (total, largest, sizes).
         self.static: dict[str, tuple[int, int, list[int]]] = {}
+        #: Per node object checked against ``layout``, by ``id``: (its position there, the node,
+        #: held so the id is not reused). A tuple whose every node is known at its own position
+        #: has the layout without looking at each node again.
+        self.position_of: dict[int, tuple[int, Node]] = {}
+        self.positions: list[int] = []
+        #: The one partition, if the layout has only one.
+        self.single: str | None = None
+
+    def has_layout(self, nodes: Sequence[Node]) -> bool:
+        """Whether ``nodes`` are the layout's nodes, in order, with any free counts."""
+        layout = self.layout
+        if layout is None or len(nodes) != len(layout):
+            return False
+        position_of = self.position_of
+        found = [entry[0] if entry is not None else -1 for entry in map(position_of.get, map(id, nodes))]
+        if found == self.positions:
+            return True
+        if len(position_of) > 16 * len(layout) + 1024:
+            position_of.clear()  # a backend that makes new nodes every time: start again
+        for i, node in enumerate(nodes):
+            if found[i] != i:
+                if _LAYOUT(node) != layout[i]:
+                    return False
+                position_of[id(node)] = (i, node)
+        return True
 
 
 _LAYOUT = operator.attrgetter("name", "partition", "accelerators_total")
@@ -119,25 +144,35 @@ def _views(nodes: Sequence[Node], memo: PlacementMemo | None = None) -> dict[str
         return _group(nodes)
     if memo.nodes is nodes:
         return memo.views
-    layout = list(map(_LAYOUT, nodes))
-    if layout != memo.layout:
+    if not memo.has_layout(nodes):
         views = _group(nodes)
-        memo.layout = layout
+        memo.layout = list(map(_LAYOUT, nodes))
         memo.static = {name: (view.total, view.largest, view.sizes) for name, view in views.items()}
+        memo.position_of = {id(node): (i, node) for i, node in enumerate(nodes)}
+        memo.positions = list(range(len(nodes)))
+        memo.single = next(iter(views)) if len(views) == 1 else None
     else:
         views = {}
         for name, (total, largest, sizes) in memo.static.items():
             view = views[name] = _PartitionView()
             view.total, view.largest, view.sizes = total, largest, sizes
-        for node in nodes:
-            free = node.accelerators_free
-            if free > 0:
-                view = views[node.partition]
-                view.free_nodes.append(node)
-                view.free_total += free
+        if memo.single is not None:
+            view = views[memo.single]
+            view.free_nodes = [node for node in nodes if node.accelerators_free > 0]
+            view.free_total = sum(map(_FREE, view.free_nodes))
+        else:
+            for node in nodes:
+                free = node.accelerators_free
+                if free > 0:
+                    view = views[node.partition]
+                    view.free_nodes.append(node)
+                    view.free_total += free
     if isinstance(nodes, tuple):
         memo.nodes, memo.views = nodes, views
     return views
+
+
+_FREE = operator.attrgetter("accelerators_free")
 
 
 def _group(nodes: Sequence[Node]) -> dict[str, _PartitionView]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from asrpt.core.comm import cut_weight_gb, ideal_iteration_time_s, iteration_time_s
 from asrpt.core.model import SPREAD, Job, Node, ParallelConfig, Partition
-from asrpt.core.placement import alpha_min_s, best_placement, heavy_edge_place
+from asrpt.core.placement import PlacementMemo, alpha_min_s, best_placement, heavy_edge_place
 from asrpt.core.speed import default_speed_table
 
 SPEED = default_speed_table().with_relative_speed("npu-910b", 1.3, "a100")
@@ -131,3 +131,21 @@ def test_faster_accelerator_never_larger_alpha(cluster: Cluster, job: Job, facto
     quick = Partition(name=part.name, accelerator="faster-y", intra_node_gbps=part.intra_node_gbps,
                       inter_node_gbps=part.inter_node_gbps)
     assert iteration_time_s(job, placement.worker_nodes, quick, faster) <= placement.iteration_time_s
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters_in_turn=st.lists(clusters(), min_size=1, max_size=5), job=jobs(), data=st.data())
+def test_placement_memo_changes_no_answer(clusters_in_turn: list[Cluster], job: Job, data: st.DataObject) -> None:
+    """One caller's PlacementMemo, handed node tuples in turn (other clusters, the same nodes
+    with other free counts, the very tuple again), gives the answers worked out afresh."""
+    memo = PlacementMemo()
+    for cluster in clusters_in_turn:
+        refreed = tuple(Node(name=n.name, partition=n.partition, accelerator=n.accelerator,
+                             accelerators_total=n.accelerators_total,
+                             accelerators_free=data.draw(st.integers(0, n.accelerators_total)))
+                        for n in cluster.nodes)
+        for nodes in (cluster.nodes, refreed, refreed, cluster.nodes):
+            assert best_placement(job, nodes, cluster.partitions, SPEED, memo=memo) == \
+                best_placement(job, nodes, cluster.partitions, SPEED)
+            assert alpha_min_s(job, cluster.partitions, nodes, SPEED, memo) == \
+                alpha_min_s(job, cluster.partitions, nodes, SPEED)

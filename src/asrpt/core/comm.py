@@ -92,6 +92,9 @@ def _wid(r: int, k: int, j: int, p: int, t: int) -> int:
 
 @functools.lru_cache(maxsize=16384)
 def _shape(speed: SpeedTable, workload_class: str, parallel: ParallelConfig) -> JobShape:
+    """The communication facts of one (workload class, parallel config). Cached on purpose: a
+    pure function of small immutable, hashable arguments, asked for the same few again and
+    again; a bounded cache of such cannot change an answer."""
     prof = speed.profile(workload_class)
     d, p, t, m = parallel.data, parallel.pipeline, parallel.tensor, parallel.micro_batches
     v_stage_gb = prof.tp_allreduce_gb_per_microbatch / p
@@ -151,6 +154,9 @@ def job_shape(job: Job, speed: SpeedTable) -> JobShape:
 
 @functools.lru_cache(maxsize=1024)
 def _graph(speed: SpeedTable, workload_class: str, parallel: ParallelConfig) -> nx.Graph:
+    """The networkx graph of one job shape (slow paths only). Cached on purpose: a pure function
+    of small immutable, hashable arguments, asked for the same few again and again; a bounded
+    cache of such cannot change an answer."""
     shape = _shape(speed, workload_class, parallel)
     graph = nx.Graph()
     graph.add_nodes_from(range(shape.workers))
@@ -192,6 +198,9 @@ def _compute_per_microbatch_s(job: Job, accelerator: str, speed: SpeedTable) -> 
 @functools.lru_cache(maxsize=65536)
 def _single_node(speed: SpeedTable, workload_class: str, parallel: ParallelConfig,
                  accelerator: str, intra_gbps: float) -> float:
+    """alpha with every worker on one node. Cached on purpose: a pure function of small
+    immutable, hashable arguments, asked for the same few again and again; a bounded cache of
+    such cannot change an answer."""
     step = speed.step_time_s(workload_class, accelerator)
     c_s = step / (parallel.pipeline * parallel.tensor)
     if parallel.workers == 1:
@@ -283,6 +292,9 @@ def _fits(shape: JobShape, n: int, tp_intact: Sequence[bool], pp_intact: Sequenc
 @functools.lru_cache(maxsize=65536)
 def _ideal(speed: SpeedTable, workload_class: str, parallel: ParallelConfig, accelerator: str,
            intra_gbps: float, inter_gbps: float, n: int) -> float:
+    """The exact ideal alpha on empty nodes of ``n``. Cached on purpose: a pure function of
+    small immutable, hashable arguments, asked for the same few again and again; a bounded cache
+    of such cannot change an answer."""
     if parallel.workers <= n:
         return _single_node(speed, workload_class, parallel, accelerator, intra_gbps)
     shape = _shape(speed, workload_class, parallel)

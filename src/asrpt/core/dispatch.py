@@ -7,13 +7,14 @@ over and in what they believe a job's runtime to be; the placement and the rules
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from asrpt.core.model import ClusterSnapshot, Job, Node, Partition, Placement, RunningJob
-from asrpt.core.placement import best_placement
+from asrpt.core.placement import PlacementMemo, best_placement
 from asrpt.core.reasons import Reasons
 from asrpt.core.speed import SpeedTable
 
@@ -337,20 +338,19 @@ class DispatchMemo:
     work.
     """
 
-    __slots__ = ("walk", "reservation", "expected_ends", "expected_ends_estimate", "capacity", "node_variants")
+    __slots__ = ("walk", "reservation", "sorted_ends", "capacity", "node_variants", "placement")
 
     def __init__(self) -> None:
         self.walk: _Walk | None = None
         #: (inputs, valid until, answer) of the last reservation made with nothing started.
         self.reservation: tuple[tuple[object, ...], float, _Reservation | None] | None = None
-        #: Per running job object, by ``id`` (the entry holds the job, so the id cannot be
-        #: reused while kept): [job, believed runtime, (expected end last worked out,
-        #: accelerators per node)], for the runtime estimate ``expected_ends_estimate``.
-        self.expected_ends: dict[int, list] = {}
-        self.expected_ends_estimate: RuntimeEstimate | None = None
+        #: Running jobs' expected ends, sorted, for one runtime estimate.
+        self.sorted_ends: _SortedEnds | None = None
         #: (node tuple, capacity built from it).
         self.capacity: tuple[tuple[Node, ...], FreeCapacity] | None = None
         self.node_variants: dict[str, list[Node | None]] = {}
+        #: Grouping of node tuples for placement.
+        self.placement = PlacementMemo()
 
 
 class _ReservedPlace:
@@ -358,16 +358,17 @@ class _ReservedPlace:
     then, worked out on first use. Only a backfill candidate that would still be running at
     that time needs it; most reservations are never asked."""
 
-    __slots__ = ("head", "future", "partitions", "speed", "_result")
+    __slots__ = ("head", "future", "partitions", "speed", "memo", "_result")
 
-    def __init__(self, head: Job, future: FreeCapacity, partitions: Sequence[Partition], speed: SpeedTable) -> None:
-        self.head, self.future, self.partitions, self.speed = head, future, partitions, speed
+    def __init__(self, head: Job, future: FreeCapacity, partitions: Sequence[Partition], speed: SpeedTable,
+                 memo: PlacementMemo | None) -> None:
+        self.head, self.future, self.partitions, self.speed, self.memo = head, future, partitions, speed, memo
         self._result: tuple[str, dict[str, int]] | None = None
 
     def result(self) -> tuple[str, dict[str, int]]:
         """(partition, accelerators per node left beside the head there)."""
         if self._result is None:
-            placement = best_placement(self.head, self.future.nodes(), self.partitions, self.speed)
+            placement = best_placement(self.head, self.future.nodes(), self.partitions, self.speed, memo=self.memo)
             assert placement is not None, "a reservation is made only where the head fits"
             spare = {n.name: n.accelerators_free for n in self.future.nodes() if n.partition == placement.partition}
             for name, count in placement.node_counts.items():
@@ -429,13 +430,16 @@ def _reserve(
             found = cached[2]
             return (None if found is None else found.copy()), cached[1]
     releases = _expected_releases(snapshot.running, now_s, runtime_s, memo)
-    releases += [(end_s, p.node_counts) for p, end_s in started]
-    releases.sort(key=_end_of)
+    if started:
+        # After every running job of the same end, in the order they started (a stable sort).
+        after = _AFTER_RUNNING
+        for i, (p, end_s) in enumerate(started):
+            bisect.insort(releases, (end_s, after + i, p.node_counts))
     found: _Reservation | None = None
     # Where best_placement can put the head: allowed partitions of an accelerator we can time.
     placeable = tuple(p.name for p in snapshot.partitions if head.allows(p) and speed.knows(p.accelerator))
     ends = _FirstFit(head, free, placeable)
-    for end_s, counts in releases:
+    for end_s, _, counts in releases:
         if math.isinf(end_s):
             break
         # Placement finds the head a place wherever its partition holds its shape (enough
@@ -446,7 +450,8 @@ def _reserve(
             # looks nowhere else), and those are exactly the nodes counted so far.
             future = free.copy()
             future.set_free(ends.node_free)
-            found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed))
+            found = _Reservation(head.job_id, end_s, _ReservedPlace(head, future, snapshot.partitions, speed,
+                                                                                None if memo is None else memo.placement))
             break
     valid_until_s = releases[0][0] if releases else math.inf
     if key is not None and memo is not None:
@@ -479,18 +484,26 @@ class _FirstFit:
 
     def returned_fits(self, counts: Mapping[str, int]) -> bool:
         """Hand ``counts`` back; whether the head now fits some placeable partition."""
-        free_by_partition, node_free, free = self.free_by_partition, self.node_free, self.free
+        free_by_partition, node_free, request_of = self.free_by_partition, self.node_free, self.request
+        current = self.free._current
         for name, count in counts.items():
-            node = free.node(name)
-            if node is None or node.partition not in free_by_partition:
+            node = current.get(name)
+            if node is None:
                 continue
-            before = node_free.get(name, node.accelerators_free)
-            after = min(before + count, node.accelerators_total)
+            partition = node.partition
+            if partition not in free_by_partition:
+                continue
+            before = node_free.get(name)
+            if before is None:
+                before = node.accelerators_free
+            after = before + count
+            if after > node.accelerators_total:
+                after = node.accelerators_total
             node_free[name] = after
-            free_by_partition[node.partition] += after - before
-            request = self.request[node.partition]
+            free_by_partition[partition] += after - before
+            request = request_of[partition]
             if request is not None and before < request[1] <= after:
-                self.wide_nodes[node.partition] += 1
+                self.wide_nodes[partition] += 1
         g = self.g
         for name, free_there in free_by_partition.items():
             if free_there >= g:
@@ -500,38 +513,118 @@ class _FirstFit:
         return False
 
 
-def _end_of(release: tuple[float, Mapping[str, int]]) -> float:
-    return release[0]
-
-
 def _expected_releases(running: Sequence[RunningJob], now_s: float, runtime_s: RuntimeEstimate,
-                       memo: DispatchMemo | None) -> list[tuple[float, Mapping[str, int]]]:
-    """(expected end, accelerators per node) of each running job, as ``expected_end_s`` gives.
+                       memo: DispatchMemo | None) -> list[tuple[float, int, Mapping[str, int]]]:
+    """(expected end, tie-break, accelerators per node) of each running job, as
+    ``expected_end_s`` gives, sorted by end and then by place in ``running`` (the tie-break
+    numbers only keep that order).
 
-    Remembered across decisions in the memo: the running set changes by a job or two between
-    reservations, a job's estimate not at all, and its expected end only when reached (the
-    doubled estimate is then the same as worked out afresh).
+    With a memo the sorted list is kept across decisions (see :class:`_SortedEnds`): the
+    running set changes by a job or two between reservations, a job's estimate not at all, and
+    its expected end only when reached (the doubled estimate is then the same as worked out
+    afresh), so re-sorting ~170 ends per reservation is wasted work.
     """
-    out: list[tuple[float, Mapping[str, int]]] = []
     if memo is None:
-        for r in running:
-            out.append((expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), r.placement.node_counts))
+        out = [(expected_end_s(r, now_s, runtime_s(r.job, r.placement.iteration_time_s)), i, r.placement.node_counts)
+               for i, r in enumerate(running)]
+        out.sort()
         return out
-    if memo.expected_ends_estimate != runtime_s or len(memo.expected_ends) > 4 * len(running) + 1024:
-        memo.expected_ends = {}
-        memo.expected_ends_estimate = runtime_s
-    cache = memo.expected_ends
-    append = out.append
-    for r in running:
-        # entry: [job, believed runtime, (expected end, accelerators per node)]
-        entry = cache.get(id(r))
-        if entry is None or entry[0] is not r:
-            runtime = runtime_s(r.job, r.placement.iteration_time_s)
-            entry = cache[id(r)] = [r, runtime, (expected_end_s(r, now_s, runtime), r.placement.node_counts)]
-        elif entry[2][0] <= now_s:
-            entry[2] = (expected_end_s(r, now_s, entry[1]), r.placement.node_counts)
-        append(entry[2])
-    return out
+    ends = memo.sorted_ends
+    if ends is None or ends.estimate != runtime_s:
+        ends = memo.sorted_ends = _SortedEnds(runtime_s)
+    return ends.releases(running, now_s)
+
+
+#: Tie-break numbers of this decision's starts: above any running job's.
+_AFTER_RUNNING = 1 << 62
+
+
+class _SortedEnds:
+    """Each running job's expected end, kept sorted across decisions for one runtime estimate.
+
+    Entries are ``(end, sequence, accelerators per node)``; ``sequence`` numbers jobs in the
+    order first seen, which is their order in the running tuple as long as a new tuple keeps
+    the survivors in order and adds new jobs at the back (a backend's tuple of a dict of running
+    jobs does). Any other change is detected and the list is rebuilt, so the order is always
+    that of the tuple.
+    """
+
+    __slots__ = ("estimate", "running", "ids", "id_order", "entries", "by_sequence", "sorted", "next_sequence")
+
+    def __init__(self, estimate: RuntimeEstimate) -> None:
+        self.estimate = estimate
+        #: The running tuple last seen (held, so the ids of its jobs are not reused meanwhile).
+        self.running: Sequence[RunningJob] = ()
+        self.ids: set[int] = set()
+        self.id_order: list[int] = []
+        #: Per job ``id``: [job, believed runtime, sequence, its current sorted entry].
+        self.entries: dict[int, list] = {}
+        self.by_sequence: dict[int, list] = {}
+        self.sorted: list[tuple[float, int, Mapping[str, int]]] = []
+        self.next_sequence = 0
+
+    def releases(self, running: Sequence[RunningJob], now_s: float) -> list[tuple[float, int, Mapping[str, int]]]:
+        if running is not self.running:
+            self._follow(running, now_s)
+        ordered = self.sorted
+        if ordered and ordered[0][0] <= now_s:
+            self._renew_reached(now_s)
+        return list(self.sorted)
+
+    def _follow(self, running: Sequence[RunningJob], now_s: float) -> None:
+        """Drop the jobs that left, add the new ones (or rebuild if the order changed). The
+        check runs on lists of ids (the old tuple is held, so an id seen in both is the same
+        job)."""
+        ids = list(map(id, running))
+        known = self.ids
+        gone = known.difference(ids)
+        if gone:
+            survivors = list(self.id_order)
+            for i in gone:
+                survivors.remove(i)
+        else:
+            survivors = self.id_order
+        kept = len(survivors)
+        added = ids[kept:]
+        if ids[:kept] != survivors or not known.isdisjoint(added) or len(set(added)) != len(added):
+            self._rebuild(running, now_s)
+            return
+        entries, ordered = self.entries, self.sorted
+        for i in gone:
+            entry = entries.pop(i)
+            del self.by_sequence[entry[2]]
+            del ordered[bisect.bisect_left(ordered, entry[3][:2])]
+        for r in running[kept:]:
+            self._add(r, now_s)
+        known.difference_update(gone)
+        known.update(added)
+        self.running, self.id_order = running, ids
+
+    def _rebuild(self, running: Sequence[RunningJob], now_s: float) -> None:
+        self.entries, self.by_sequence, self.sorted, self.next_sequence = {}, {}, [], 0
+        for r in running:
+            self._add(r, now_s)
+        self.id_order = list(map(id, running))
+        self.running, self.ids = running, set(self.id_order)
+
+    def _add(self, r: RunningJob, now_s: float) -> None:
+        runtime = self.estimate(r.job, r.placement.iteration_time_s)
+        item = (expected_end_s(r, now_s, runtime), self.next_sequence, r.placement.node_counts)
+        self.entries[id(r)] = self.by_sequence[self.next_sequence] = [r, runtime, self.next_sequence, item]
+        self.next_sequence += 1
+        bisect.insort(self.sorted, item)
+
+    def _renew_reached(self, now_s: float) -> None:
+        """Jobs that outlived their expected end get the doubled estimate (moved back in order)."""
+        ordered, by_sequence = self.sorted, self.by_sequence
+        cut = bisect.bisect_right(ordered, (now_s, _AFTER_RUNNING))
+        reached = ordered[:cut]
+        del ordered[:cut]
+        for _, sequence, counts in reached:
+            entry = by_sequence[sequence]
+            item = (expected_end_s(entry[0], now_s, entry[1]), sequence, counts)
+            entry[3] = item
+            bisect.insort(ordered, item)
 
 
 def _same_inputs(old: tuple[object, ...], new: tuple[object, ...]) -> bool:
@@ -656,6 +749,7 @@ def _walk(
     of the queue, and until when its reservation holds."""
     result = DispatchResult()
     free = FreeCapacity.of(snapshot.nodes, memo)
+    placement_memo = None if memo is None else memo.placement
     started: list[tuple[Placement, float]] = []
     reservation: _Reservation | None = None
     #: ``free`` with the reservation's accelerators taken out: what a job that would still be
@@ -731,7 +825,7 @@ def _walk(
             if around_reservation is None:
                 around_reservation = free.capped(reservation.partition, reservation.spare_by_node)
             capacity = around_reservation
-        placement = best_placement(job, capacity.nodes(), snapshot.partitions, speed) if capacity.fits(snapshot.partitions, job) else None
+        placement = best_placement(job, capacity.nodes(), snapshot.partitions, speed, memo=placement_memo) if capacity.fits(snapshot.partitions, job) else None
         if placement is None:
             if capacity is not free and reservation is not None:
                 result.reasons.note(job.job_id, "would delay the reserved start of {}", reservation.job_id)

@@ -97,7 +97,9 @@ SPREAD = RequestShape(spread=True)
 def derived_shape(accelerators: int, node_size: int) -> tuple[int, int]:
     """(nodes, per node) a user would ask for: one node if the job fits in one, else the fewest
     whole-node-or-less equal shares: the smallest ``n >= ceil(g/s)`` dividing ``g`` (``n = g``,
-    one each, always qualifies, so a prime g larger than a node becomes g nodes x 1)."""
+    one each, always qualifies, so a prime g larger than a node becomes g nodes x 1). Cached on
+    purpose: a pure function of small immutable, hashable arguments, asked for the same few
+    again and again; a bounded cache of such cannot change an answer."""
     g, s = accelerators, max(node_size, 1)
     if g <= s:
         return 1, g
@@ -159,7 +161,8 @@ class Job:
 
 @lru_cache(maxsize=4096)
 def _allows(partitions: tuple[str, ...], accelerators: tuple[str, ...], name: str, accelerator: str) -> bool:
-    """Cached: the same few restrictions are checked against the same partitions very often."""
+    """Cached on purpose (pure, on small immutable arguments, so it cannot change an answer):
+    the same few restrictions are checked against the same partitions very often."""
     if partitions and name not in partitions:
         return False
     if accelerators:

@@ -34,6 +34,7 @@ import bisect
 import functools
 import itertools
 import math
+import operator
 from typing import Sequence
 
 from asrpt.core.comm import (
@@ -47,7 +48,7 @@ from asrpt.core.comm import (
 from asrpt.core.model import Job, Node, Partition, Placement
 from asrpt.core.speed import SpeedTable
 
-__all__ = ["heavy_edge_place", "best_placement", "alpha_min_s"]
+__all__ = ["heavy_edge_place", "best_placement", "alpha_min_s", "PlacementMemo"]
 
 
 class _PartitionView:
@@ -85,16 +86,96 @@ class _PartitionView:
         return self._fit_nodes[i:i + n]
 
 
-#: One-entry cache: a policy asks about many pending jobs against the same snapshot tuple.
-_last_view: tuple[object, dict[str, _PartitionView]] | None = None
+class PlacementMemo:
+    """What one caller's successive placements may reuse: the grouping of the last node tuple,
+    and the parts of it that do not depend on free counts (which nodes, partitions and sizes).
+
+    The caller owns it (a :class:`~asrpt.core.dispatch.DispatchMemo` holds one) and passes it
+    in; without one every call groups its nodes afresh. A policy asks about many pending jobs
+    against the same tuple, and consecutive tuples differ only in free counts, so a new tuple
+    costs one pass over its free nodes. Entries are used only for the very tuple (frozen nodes
+    in a tuple cannot change) or, for the static part, after checking every node's name,
+    partition and size, so a memo never changes an answer.
+    """
+
+    __slots__ = ("nodes", "views", "layout", "static", "position_of", "positions", "single")
+
+    def __init__(self) -> None:
+        #: (the last node tuple, its views).
+        self.nodes: object = None
+        self.views: dict[str, _PartitionView] = {}
+        #: (name, partition, size) of every node of the tuple ``static`` was made for.
+        self.layout: list[tuple[str, str, int]] | None = None
+        #: Per partition (in first-seen order): (total, largest, sizes).
+        self.static: dict[str, tuple[int, int, list[int]]] = {}
+        #: Per node object checked against ``layout``, by ``id``: (its position there, the node,
+        #: held so the id is not reused). A tuple whose every node is known at its own position
+        #: has the layout without looking at each node again.
+        self.position_of: dict[int, tuple[int, Node]] = {}
+        self.positions: list[int] = []
+        #: The one partition, if the layout has only one.
+        self.single: str | None = None
+
+    def has_layout(self, nodes: Sequence[Node]) -> bool:
+        """Whether ``nodes`` are the layout's nodes, in order, with any free counts."""
+        layout = self.layout
+        if layout is None or len(nodes) != len(layout):
+            return False
+        position_of = self.position_of
+        found = [entry[0] if entry is not None else -1 for entry in map(position_of.get, map(id, nodes))]
+        if found == self.positions:
+            return True
+        if len(position_of) > 16 * len(layout) + 1024:
+            position_of.clear()  # a backend that makes new nodes every time: start again
+        for i, node in enumerate(nodes):
+            if found[i] != i:
+                if _LAYOUT(node) != layout[i]:
+                    return False
+                position_of[id(node)] = (i, node)
+        return True
 
 
-def _views(nodes: Sequence[Node]) -> dict[str, _PartitionView]:
-    """Group ``nodes`` once per distinct tuple (tuples of frozen nodes cannot change under us)."""
-    global _last_view
-    cached = _last_view
-    if cached is not None and cached[0] is nodes:
-        return cached[1]
+_LAYOUT = operator.attrgetter("name", "partition", "accelerators_total")
+
+
+def _views(nodes: Sequence[Node], memo: PlacementMemo | None = None) -> dict[str, _PartitionView]:
+    """Group ``nodes`` by partition (once per distinct tuple, with a memo)."""
+    if memo is None:
+        return _group(nodes)
+    if memo.nodes is nodes:
+        return memo.views
+    if not memo.has_layout(nodes):
+        views = _group(nodes)
+        memo.layout = list(map(_LAYOUT, nodes))
+        memo.static = {name: (view.total, view.largest, view.sizes) for name, view in views.items()}
+        memo.position_of = {id(node): (i, node) for i, node in enumerate(nodes)}
+        memo.positions = list(range(len(nodes)))
+        memo.single = next(iter(views)) if len(views) == 1 else None
+    else:
+        views = {}
+        for name, (total, largest, sizes) in memo.static.items():
+            view = views[name] = _PartitionView()
+            view.total, view.largest, view.sizes = total, largest, sizes
+        if memo.single is not None:
+            view = views[memo.single]
+            view.free_nodes = [node for node in nodes if node.accelerators_free > 0]
+            view.free_total = sum(map(_FREE, view.free_nodes))
+        else:
+            for node in nodes:
+                free = node.accelerators_free
+                if free > 0:
+                    view = views[node.partition]
+                    view.free_nodes.append(node)
+                    view.free_total += free
+    if isinstance(nodes, tuple):
+        memo.nodes, memo.views = nodes, views
+    return views
+
+
+_FREE = operator.attrgetter("accelerators_free")
+
+
+def _group(nodes: Sequence[Node]) -> dict[str, _PartitionView]:
     views: dict[str, _PartitionView] = {}
     for node in nodes:
         view = views.get(node.partition)
@@ -107,13 +188,12 @@ def _views(nodes: Sequence[Node]) -> dict[str, _PartitionView]:
         if node.accelerators_free > 0:
             view.free_nodes.append(node)
             view.free_total += node.accelerators_free
-    if isinstance(nodes, tuple):
-        _last_view = (nodes, views)
     return views
 
 
 def heavy_edge_place(
-    job: Job, nodes: Sequence[Node], partition: Partition, speed: SpeedTable, *, alpha_aware: bool = True
+    job: Job, nodes: Sequence[Node], partition: Partition, speed: SpeedTable, *, alpha_aware: bool = True,
+    memo: PlacementMemo | None = None,
 ) -> Placement | None:
     """Heavy-Edge placement of ``job`` on the free accelerators of ``partition``'s nodes in ``nodes``.
 
@@ -124,7 +204,7 @@ def heavy_edge_place(
     smaller cuts, sometimes a much larger alpha. Unknown workload class or accelerator:
     ``KeyError`` from the speed table.
     """
-    view = _views(nodes).get(partition.name)
+    view = _views(nodes, memo).get(partition.name)
     if view is None:
         return None
     return _place(job, partition, speed, view, alpha_aware)
@@ -205,6 +285,9 @@ def _shaped(job: Job, partition: Partition, speed: SpeedTable, n: int, k: int,
 @functools.lru_cache(maxsize=16384)
 def _shaped_search(shape: JobShape, partition: Partition, c_s: float, ideal_s: float, n: int, k: int,
                    alpha_aware: bool) -> tuple[float, float, tuple[int, ...]]:
+    """The best Heavy-Edge mapping onto ``n x k``. Cached on purpose: a pure function of small
+    immutable, hashable arguments, asked for the same few again and again; a bounded cache of
+    such cannot change an answer."""
     # The exact ideal for nodes of k is a floor: no placement on n x k beats it (bin packing
     # can make it unreachable, e.g. three 4-wide TP groups on 2 x 6, then every order is tried).
     alpha_s, cut_gb, codes, _ = _search(shape, partition, c_s, ideal_s * (1 + 1e-12), (k,) * n, n, alpha_aware)
@@ -247,7 +330,8 @@ def _evaluate(shape: JobShape, kinds: tuple[int, ...], capacities: tuple[int, ..
     alpha, cut, nodes used, node index per worker, whether a glued group was split.
 
     It depends on free counts, never on node names, so it is cached: a replay asks the same
-    question about the same shape of job on the same shape of free space over and over.
+    question about the same shape of job on the same shape of free space over and over (pure,
+    on immutable arguments, so the cache cannot change an answer).
     """
     edges = _edges_in_order(shape, kinds)
     glued = _coarsen(shape, range(shape.workers), cap, edges)
@@ -282,6 +366,9 @@ def _kind_orders(shape: JobShape, cap: int) -> list[tuple[int, ...]]:
 
 @functools.lru_cache(maxsize=4096)
 def _edges_in_order(shape: JobShape, kinds: tuple[int, ...]) -> tuple[tuple[int, int, float, int], ...]:
+    """A shape's edges in the order of ``kinds``. Cached on purpose: a pure function of small
+    immutable, hashable arguments, asked for the same few again and again; a bounded cache of
+    such cannot change an answer."""
     return tuple(e for k in kinds for e in shape.edges_by_kind[k])
 
 
@@ -355,15 +442,16 @@ def _heavy_edge_codes(shape: JobShape, capacities: Sequence[int], edges: Sequenc
 
 
 def best_placement(
-    job: Job, nodes: Sequence[Node], partitions: Sequence[Partition], speed: SpeedTable, *, alpha_aware: bool = True
+    job: Job, nodes: Sequence[Node], partitions: Sequence[Partition], speed: SpeedTable, *, alpha_aware: bool = True,
+    memo: PlacementMemo | None = None,
 ) -> Placement | None:
     """The Heavy-Edge placement with the smallest alpha over the partitions ``job`` may use.
 
     Partitions whose accelerator the speed table does not know are skipped. Ties go to fewer
     nodes, then the partition name. None when no allowed partition has room now.
-    ``alpha_aware`` as in :func:`heavy_edge_place`.
+    ``alpha_aware`` as in :func:`heavy_edge_place`; ``memo`` (the caller's) only saves work.
     """
-    views = _views(nodes)
+    views = _views(nodes, memo)
     g = job.accelerators
     candidates: list[tuple[float, str, Partition, _PartitionView]] = []
     for partition in partitions:
@@ -389,7 +477,8 @@ def best_placement(
     return best
 
 
-def alpha_min_s(job: Job, partitions: Sequence[Partition], nodes: Sequence[Node], speed: SpeedTable) -> float:
+def alpha_min_s(job: Job, partitions: Sequence[Partition], nodes: Sequence[Node], speed: SpeedTable,
+                memo: PlacementMemo | None = None) -> float:
     """alpha_min: the best per-iteration time the job could ever get on the partitions it may use.
 
     Per allowed partition (known accelerator, busy or not) that can hold the job's shape: for a
@@ -397,9 +486,9 @@ def alpha_min_s(job: Job, partitions: Sequence[Partition], nodes: Sequence[Node]
     of ``k`` (which is the alpha it gets on any ``n`` nodes with ``k`` free; the partition needs
     ``n`` nodes of at least ``k``); for a spread request, the exact ideal alpha on empty nodes as
     large as the largest node (at least g accelerators in total). ``math.inf`` if no partition
-    qualifies: the job can never start.
+    qualifies: the job can never start. ``memo`` (the caller's) only saves work.
     """
-    views = _views(nodes)
+    views = _views(nodes, memo)
     g = job.accelerators
     best = math.inf
     for partition in partitions:

@@ -33,7 +33,9 @@ _SEPARATORS = re.compile(r"[\s_\-]+")
 
 @functools.lru_cache(maxsize=4096)
 def _norm(name: str) -> str:
-    """Lookup key: case-insensitive, ignoring '-', '_' and spaces ("V100M32" == "v100-m32")."""
+    """Lookup key: case-insensitive, ignoring '-', '_' and spaces ("V100M32" == "v100-m32").
+    Cached on purpose: a pure function of small immutable, hashable arguments, asked for the
+    same few again and again; a bounded cache of such cannot change an answer."""
     return _SEPARATORS.sub("", name.strip().lower())
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from asrpt.core.model import ClusterSnapshot, Job, Node, RunningJob
-from asrpt.core.placement import alpha_min_s
+from asrpt.core.placement import PlacementMemo, alpha_min_s
 from asrpt.core.policies.base import Policy, PolicyState
 from asrpt.core.speed import SpeedTable
 from asrpt.sim.cluster import JobRecord
@@ -142,8 +142,9 @@ def forecast(
     # nodes) can never start; left in, it would stall the replay and blank every job's ETA.
     never: list[Job] = []
     placeable: list[Job] = []
+    grouping = PlacementMemo()
     for job in snapshot.pending:
-        fits = speed is None or math.isfinite(alpha_min_s(job, snapshot.partitions, nodes, speed))
+        fits = speed is None or math.isfinite(alpha_min_s(job, snapshot.partitions, nodes, speed, grouping))
         (placeable if fits else never).append(job)
     pending = [replace(job, true_iterations=expected_iterations(job)) for job in placeable]
     running = [(r, remaining_iterations(r, now_s, expected_iterations(r.job))) for r in snapshot.running]

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from asrpt.core.model import Job, Node, Partition
-from asrpt.core.placement import alpha_min_s
+from asrpt.core.placement import PlacementMemo, alpha_min_s
 from asrpt.core.speed import SpeedTable
 from asrpt.core.srpt import srpt_lower_bound_total_jct_s, virtual_size_s
 from asrpt.sim.engine import SimResult
@@ -58,8 +58,9 @@ def lower_bound_total_jct_s(
     capacity = sum(n.accelerators_total for n in nodes)
     sized = []
     ideal_total_s = 0.0
+    grouping = PlacementMemo()
     for job in jobs:
-        ideal_s = alpha_min_s(job, partitions, nodes, speed)
+        ideal_s = alpha_min_s(job, partitions, nodes, speed, grouping)
         if math.isinf(ideal_s):
             continue
         n = float(job.true_iterations or 0.0)

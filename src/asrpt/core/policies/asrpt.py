@@ -412,7 +412,8 @@ class ASRPTPolicy:
     def _alpha_min_s(self, job: Job, snapshot: ClusterSnapshot, state: ASRPTState) -> float:
         cached = state.alpha_min_cache_s.get(job.job_id)
         if cached is None:
-            cached = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed)
+            cached = alpha_min_s(job, snapshot.partitions, snapshot.nodes, self.speed,
+                                 None if self.dispatch_memo is None else self.dispatch_memo.placement)
             state.alpha_min_cache_s[job.job_id] = cached
         return cached
 

@@ -35,7 +35,7 @@ from asrpt.sim.forecast import JobForecast, forecast, predicted_or_time_limit
 from asrpt.slurm.cli_backend import SlurmCliBackend
 from asrpt.slurm.records import SlurmJob
 from asrpt.slurm.runner import DryRunRunner
-from asrpt.submit_wrapper import ingest, plugin_ingest
+from asrpt.ingest import plugin_spool, wrapper_spool
 
 log = logging.getLogger(__name__)
 
@@ -550,11 +550,11 @@ class Daemon:
             return self._spool_ages.age_s(record.file_id, record.spooled_at_s, now_s)
 
         if self.config.spool.plugin_dir:
-            accepted += plugin_ingest.ingest_plugin_spool(
+            accepted += plugin_spool.ingest_plugin_spool(
                 self.config.spool.plugin_dir,
                 jobs,
                 self.repository.record_submission,
-                trusted_uids=plugin_ingest.uids_of(self.config.spool.plugin_owners),
+                trusted_uids=plugin_spool.uids_of(self.config.spool.plugin_owners),
                 accelerator_gres=self.config.slurm.accelerator_gres,
                 max_age_s=self.config.spool.max_age_s,
                 age_of=lambda record, now_s: waited_s(record, now_s),
@@ -562,10 +562,10 @@ class Daemon:
         # sbatch printed an array's id; squeue lists its tasks (<array>_<task>), same owner.
         users = {sj.array_job_id: sj.user for sj in jobs.values() if sj.array_job_id}
         users.update((job_id, sj.user) for job_id, sj in jobs.items())
-        records = ingest.read_spool(self.config.spool.dir)
+        records = wrapper_spool.read_spool(self.config.spool.dir)
         now_s = time.time()
         for record in records:
-            if ingest.accept_record(
+            if wrapper_spool.accept_record(
                 record,
                 users.get,
                 now_s=now_s,
@@ -573,13 +573,13 @@ class Daemon:
                 age_s=waited_s(record, now_s),
             ):
                 try:
-                    self.repository.record_submission(ingest.to_submission_record(record))
+                    self.repository.record_submission(wrapper_spool.to_submission_record(record))
                 except AsrptError:
                     raise  # the database is down: the record waits in the spool
                 except Exception as error:  # this record only: set it aside, the cycle goes on
-                    ingest.set_aside(record, f"storing it failed: {type(error).__name__}: {error}")
+                    wrapper_spool.set_aside(record, f"storing it failed: {type(error).__name__}: {error}")
                     continue
-                ingest.remove(record)
+                wrapper_spool.remove(record)
                 accepted += 1
         self.stats.spool_accepted += accepted
         self._spool_ages.keep_only(seen)

@@ -52,12 +52,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from asrpt.db.repository import SubmissionRecord
 from asrpt.exceptions import AsrptError
 from asrpt.submit_wrapper import directives
-from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _get, _prune_rejected, read_record_file
-from asrpt.submit_wrapper.ingest import reject as _reject_spool_file
-from asrpt.submit_wrapper.ingest import remove as _remove_spool_file
-from asrpt.submit_wrapper.ingest import set_aside
+from asrpt.ingest.wrapper_spool import RecordFormatError, _discard, _get, _prune_rejected, read_record_file
+from asrpt.ingest.wrapper_spool import reject as _reject_spool_file
+from asrpt.ingest.wrapper_spool import remove as _remove_spool_file
+from asrpt.ingest.wrapper_spool import set_aside
 from asrpt.submit_wrapper.spool import BAD_DIR, REJECTED_DIR, RECORD_SUFFIX, TEMP_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -519,15 +520,13 @@ def to_submission_record(
     job: Any = None,
     *,
     accelerator_gres: Sequence[str] = ("gpu", "npu"),
-) -> Any:
+) -> SubmissionRecord:
     """The repository's :class:`~asrpt.db.repository.SubmissionRecord` (``source="plugin"``).
 
     ``job`` is the matched :class:`~asrpt.slurm.records.SlurmJob` (optional): it supplies the
     submit time to the second (Slurm's own), the partition Slurm chose when the request named
     none, and node/task counts the request left unset.
     """
-    from asrpt.db.repository import SubmissionRecord
-
     asrpt = record.asrpt_fields()
     script_hash, group = record.script_identity()
     accelerators, accelerator_type = _accelerators(record, job, accelerator_gres)

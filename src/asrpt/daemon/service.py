@@ -142,9 +142,6 @@ class _ServingHolds:
         self.serving = serving
         self.daemon = daemon
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.policy, name)
-
     def decide(self, snapshot: Any, now_s: float, state: Any) -> Decision:
         before = state.to_dict() if self.daemon is not None and snapshot.pending else None
         try:
@@ -223,9 +220,6 @@ class _PollWatch:
 
     def apply(self, decision: Decision) -> None:
         self._daemon.backend.apply(decision)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._daemon.backend, name)
 
 
 class Daemon:

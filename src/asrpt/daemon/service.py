@@ -286,6 +286,8 @@ class Daemon:
         self._eta_written: dict[str, tuple[str, float, float]] = {}
         #: How long each spool record has waited, robust to wall-clock steps.
         self._spool_ages = SpoolWaitAges()
+        #: The current (or last) cycle's clock reading, passed to all its steps.
+        self._cycle_now_s: float | None = None
         #: (error type, message) of unexpected cycle errors already logged with a traceback.
         self._errors_logged: set[tuple[str, str]] = set()
 
@@ -319,9 +321,9 @@ class Daemon:
         if self.database_guard is not None:
             self.database_guard.check()
         started = time.perf_counter()
-        now_s = self.clock.now_s()
+        now_s = self._cycle_now_s = self.clock.now_s()  # the cycle's one clock reading
         self._pending_forecast: tuple[Any, float] | None = None
-        decision = self.loop.tick()
+        decision = self.loop.tick(now_s)
         self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
         if self.loop.last_snapshot is not None and len(self._eta_written) > 2 * (
             len(self.loop.last_snapshot.pending) + len(self.loop.last_snapshot.running) + 1
@@ -390,6 +392,7 @@ class Daemon:
         """Release every hold asrpt placed and every node list it pinned (asrptd is stopping):
         a job held for a consolidated placement must not wait for a daemon that is gone.
         Priorities stay as last written; Slurm schedules on its own. Returns the releases."""
+        self._cycle_now_s = self.clock.now_s()
         try:
             self.backend.snapshot()
             self.backend.apply(Decision(order=()))
@@ -472,7 +475,7 @@ class Daemon:
     def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:
         """The backend asks this while reading squeue, before the enrichment has checked the
         job: an unusable class or layout is replaced here too (the reason is noted then)."""
-        job, _ = usable_job(job, self.clock.now_s(), self.speed, self.config.slurm.default_workload_class)
+        job, _ = usable_job(job, self._now_s(), self.speed, self.config.slurm.default_workload_class)
         try:
             alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
         except Exception:  # this running job's progress is unknown; the snapshot goes on
@@ -512,7 +515,7 @@ class Daemon:
             and abs(forecast_.end_s - written[2]) < ETA_REWRITE_S
         ):
             return written[0]  # close enough: no scontrol write for a drift of a few minutes
-        text = format_eta(forecast_, self.clock.now_s())
+        text = format_eta(forecast_, self._now_s())
         if forecast_ is not None and text is not None:
             self._eta_written[job_id] = (text, forecast_.start_s, forecast_.end_s)
         return text
@@ -521,13 +524,17 @@ class Daemon:
         snapshot = self.loop.last_snapshot
         if snapshot is None:
             return {}
-        now_s = self.clock.now_s()
+        now_s = self._now_s()
         try:
             return forecast(snapshot, now_s, self.policy, self.loop.state.to_dict(), self._expected_iterations(snapshot),
                             unknown_length=self.enrichment.length_unknown)
         except Exception:  # a forecast must never break a cycle
             log.exception("forecast failed")
             return {}
+
+    def _now_s(self) -> float:
+        """This cycle's clock reading; outside a cycle (the stop's release), the clock's."""
+        return self.clock.now_s() if self._cycle_now_s is None else self._cycle_now_s
 
     def _expected_iterations(self, snapshot: Any):
         """What a forecast assumes each job runs: the one rule the accuracy replay uses too."""

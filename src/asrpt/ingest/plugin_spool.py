@@ -54,6 +54,7 @@ from typing import Any
 
 from asrpt.db.repository import SubmissionRecord
 from asrpt.exceptions import AsrptError
+from asrpt.slurm.parsing import job_id_order_key
 from asrpt.submit_wrapper import directives
 from asrpt.ingest.wrapper_spool import RecordFormatError, _discard, _get, _prune_rejected, read_record_file
 from asrpt.ingest.wrapper_spool import reject as _reject_spool_file
@@ -448,7 +449,7 @@ def match_plugin_records(records: Iterable[PluginRecord], jobs: Mapping[str, Any
             by_token.setdefault(token, []).append(job_id)
     pairs: list[tuple[str, PluginRecord]] = []
     for record in records:
-        for job_id in sorted(by_token.get(record.token, ()), key=_id_key):
+        for job_id in sorted(by_token.get(record.token, ()), key=job_id_order_key):
             slurm_user = getattr(jobs[job_id], "user", "") or ""
             if record.user and slurm_user and record.user != slurm_user:
                 logger.warning(
@@ -459,10 +460,6 @@ def match_plugin_records(records: Iterable[PluginRecord], jobs: Mapping[str, Any
                 continue
             pairs.append((job_id, record))
     return pairs
-
-
-def _id_key(job_id: str) -> tuple[int, str]:
-    return (int(job_id), job_id) if job_id.isdigit() else (2**63, job_id)
 
 
 # ---- the history row ------------------------------------------------------------------------

@@ -32,7 +32,7 @@ that is safe to write) and in the rate-limited log line.
 Works with the Lua 5.1 of Debian's job_submit_lua.so (Slurm 22.05 and 24.11) and needs only
 Lua's standard io/os/string/math libraries; written so that Lua 5.2-5.4 run it unchanged.
 Install notes: contrib/slurm/README-job_submit.md. The daemon side:
-src/asrpt/submit_wrapper/plugin_ingest.py.
+src/asrpt/ingest/plugin_spool.py.
 
 Record (format "asrpt-plugin-submission", version 1), one file "<epoch>-<token>.json":
   {"format":"asrpt-plugin-submission","version":1,"source":"plugin","plugin_version":"1",

@@ -55,8 +55,11 @@ class SchedulingLoop:
         #: The annotated snapshot of the current (or last) cycle: what the policy decided on.
         self.last_snapshot: ClusterSnapshot | None = None
 
-    def tick(self) -> Decision:
-        now_s = self.clock.now_s()
+    def tick(self, now_s: float | None = None) -> Decision:
+        """One cycle at ``now_s``: the cycle's one clock reading, taken here unless the caller
+        took it (the daemon uses the same instant for its ETA texts and records)."""
+        if now_s is None:
+            now_s = self.clock.now_s()
         snapshot = self.predictions.annotate(self.backend.snapshot(), now_s)
         self.last_snapshot = snapshot
         decision = self.policy.decide(snapshot, now_s, self.state)

@@ -35,8 +35,8 @@ from asrpt.db.repository import HistoryRepository
 from asrpt.db.session import make_engine
 from asrpt.slurm.parsing import parse_squeue_json
 from asrpt.slurm.records import SlurmJob
-from asrpt.submit_wrapper import ingest
-from asrpt.submit_wrapper.plugin_ingest import (
+from asrpt.ingest import wrapper_spool
+from asrpt.ingest.plugin_spool import (
     PluginRecord,
     ingest_plugin_spool,
     match_plugin_records,
@@ -333,13 +333,13 @@ def test_wrapper_and_plugin_records_of_one_job_make_one_history_row(bed: LocalCl
     real = shutil.which("sbatch", path="/usr/bin:/usr/local/bin:/bin")
     if not wrapper.exists() or real is None:
         pytest.fail(f"{wrapper} (pip install -e .) or the real sbatch is missing")
-    wrapper_spool = tmp_path / "spool"
-    wrapper_spool.mkdir()
-    os.chmod(wrapper_spool, 0o1777)
+    wrapper_spool_dir = tmp_path / "spool"
+    wrapper_spool_dir.mkdir()
+    os.chmod(wrapper_spool_dir, 0o1777)
     (tmp_path / "asrpt.toml").write_text("")
     (tmp_path / "job.sh").write_text(SCRIPT)
     env = {**bed.env, "ASRPT_CONFIG": str(tmp_path / "asrpt.toml"), "ASRPT_REAL_SBATCH": real,
-           "ASRPT_SPOOL_DIR": str(wrapper_spool)}  # fmt: skip
+           "ASRPT_SPOOL_DIR": str(wrapper_spool_dir)}  # fmt: skip
     done = subprocess.run([str(wrapper), "--parsable", "--hold", "job.sh", "--lr", "3e-4"], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -350,12 +350,12 @@ def test_wrapper_and_plugin_records_of_one_job_make_one_history_row(bed: LocalCl
     repository = HistoryRepository(engine)
     try:
         jobs = slurm_jobs(bed)
-        [wrapper_record] = ingest.read_spool(wrapper_spool)
-        assert ingest.accept_record(wrapper_record, lambda j: jobs[j].user if j in jobs else None)
-        repository.record_submission(ingest.to_submission_record(wrapper_record))
+        [wrapper_record] = wrapper_spool.read_spool(wrapper_spool_dir)
+        assert wrapper_spool.accept_record(wrapper_record, lambda j: jobs[j].user if j in jobs else None)
+        repository.record_submission(wrapper_spool.to_submission_record(wrapper_record))
         result = ingest_plugin_spool(plugin_dir(bed), {job_id: jobs[job_id]}, repository.record_submission)
         assert result.stored == 1
-        ingest.remove(wrapper_record)
+        wrapper_spool.remove(wrapper_record)
 
         stored = repository.get_submission(job_id)
         assert stored is not None and stored.source == "plugin"

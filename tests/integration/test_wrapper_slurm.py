@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from asrpt.submit_wrapper.ingest import accept_record, read_spool, remove
+from asrpt.ingest.wrapper_spool import accept_record, read_spool, remove
 from asrpt.submit_wrapper.main import parse_job_id
 
 from .conftest import LocalCluster

@@ -35,7 +35,7 @@ from asrpt.sim.forecast import JobForecast, forecast, predicted_or_time_limit
 from asrpt.slurm.cli_backend import SlurmCliBackend
 from asrpt.slurm.records import SlurmJob
 from asrpt.slurm.runner import DryRunRunner
-from asrpt.submit_wrapper import ingest, plugin_ingest
+from asrpt.ingest import plugin_spool, wrapper_spool
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +142,6 @@ class _ServingHolds:
         self.serving = serving
         self.daemon = daemon
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.policy, name)
-
     def decide(self, snapshot: Any, now_s: float, state: Any) -> Decision:
         before = state.to_dict() if self.daemon is not None and snapshot.pending else None
         try:
@@ -224,9 +221,6 @@ class _PollWatch:
     def apply(self, decision: Decision) -> None:
         self._daemon.backend.apply(decision)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._daemon.backend, name)
-
 
 class Daemon:
     def __init__(
@@ -292,6 +286,8 @@ class Daemon:
         self._eta_written: dict[str, tuple[str, float, float]] = {}
         #: How long each spool record has waited, robust to wall-clock steps.
         self._spool_ages = SpoolWaitAges()
+        #: The current (or last) cycle's clock reading, passed to all its steps.
+        self._cycle_now_s: float | None = None
         #: (error type, message) of unexpected cycle errors already logged with a traceback.
         self._errors_logged: set[tuple[str, str]] = set()
 
@@ -325,9 +321,9 @@ class Daemon:
         if self.database_guard is not None:
             self.database_guard.check()
         started = time.perf_counter()
-        now_s = self.clock.now_s()
+        now_s = self._cycle_now_s = self.clock.now_s()  # the cycle's one clock reading
         self._pending_forecast: tuple[Any, float] | None = None
-        decision = self.loop.tick()
+        decision = self.loop.tick(now_s)
         self.repository.save_state(self.state_key, self.loop.state.to_dict(), now_s=now_s)
         if self.loop.last_snapshot is not None and len(self._eta_written) > 2 * (
             len(self.loop.last_snapshot.pending) + len(self.loop.last_snapshot.running) + 1
@@ -396,6 +392,7 @@ class Daemon:
         """Release every hold asrpt placed and every node list it pinned (asrptd is stopping):
         a job held for a consolidated placement must not wait for a daemon that is gone.
         Priorities stay as last written; Slurm schedules on its own. Returns the releases."""
+        self._cycle_now_s = self.clock.now_s()
         try:
             self.backend.snapshot()
             self.backend.apply(Decision(order=()))
@@ -478,7 +475,7 @@ class Daemon:
     def _iteration_time_s(self, job: Job, worker_nodes: tuple[str, ...], partition: Partition) -> float:
         """The backend asks this while reading squeue, before the enrichment has checked the
         job: an unusable class or layout is replaced here too (the reason is noted then)."""
-        job, _ = usable_job(job, self.clock.now_s(), self.speed, self.config.slurm.default_workload_class)
+        job, _ = usable_job(job, self._now_s(), self.speed, self.config.slurm.default_workload_class)
         try:
             alpha_s = iteration_time_s(job, worker_nodes, partition, self.speed)
         except Exception:  # this running job's progress is unknown; the snapshot goes on
@@ -518,7 +515,7 @@ class Daemon:
             and abs(forecast_.end_s - written[2]) < ETA_REWRITE_S
         ):
             return written[0]  # close enough: no scontrol write for a drift of a few minutes
-        text = format_eta(forecast_, self.clock.now_s())
+        text = format_eta(forecast_, self._now_s())
         if forecast_ is not None and text is not None:
             self._eta_written[job_id] = (text, forecast_.start_s, forecast_.end_s)
         return text
@@ -527,13 +524,17 @@ class Daemon:
         snapshot = self.loop.last_snapshot
         if snapshot is None:
             return {}
-        now_s = self.clock.now_s()
+        now_s = self._now_s()
         try:
             return forecast(snapshot, now_s, self.policy, self.loop.state.to_dict(), self._expected_iterations(snapshot),
                             unknown_length=self.enrichment.length_unknown)
         except Exception:  # a forecast must never break a cycle
             log.exception("forecast failed")
             return {}
+
+    def _now_s(self) -> float:
+        """This cycle's clock reading; outside a cycle (the stop's release), the clock's."""
+        return self.clock.now_s() if self._cycle_now_s is None else self._cycle_now_s
 
     def _expected_iterations(self, snapshot: Any):
         """What a forecast assumes each job runs: the one rule the accuracy replay uses too."""
@@ -550,11 +551,11 @@ class Daemon:
             return self._spool_ages.age_s(record.file_id, record.spooled_at_s, now_s)
 
         if self.config.spool.plugin_dir:
-            accepted += plugin_ingest.ingest_plugin_spool(
+            accepted += plugin_spool.ingest_plugin_spool(
                 self.config.spool.plugin_dir,
                 jobs,
                 self.repository.record_submission,
-                trusted_uids=plugin_ingest.uids_of(self.config.spool.plugin_owners),
+                trusted_uids=plugin_spool.uids_of(self.config.spool.plugin_owners),
                 accelerator_gres=self.config.slurm.accelerator_gres,
                 max_age_s=self.config.spool.max_age_s,
                 age_of=lambda record, now_s: waited_s(record, now_s),
@@ -562,10 +563,10 @@ class Daemon:
         # sbatch printed an array's id; squeue lists its tasks (<array>_<task>), same owner.
         users = {sj.array_job_id: sj.user for sj in jobs.values() if sj.array_job_id}
         users.update((job_id, sj.user) for job_id, sj in jobs.items())
-        records = ingest.read_spool(self.config.spool.dir)
+        records = wrapper_spool.read_spool(self.config.spool.dir)
         now_s = time.time()
         for record in records:
-            if ingest.accept_record(
+            if wrapper_spool.accept_record(
                 record,
                 users.get,
                 now_s=now_s,
@@ -573,13 +574,13 @@ class Daemon:
                 age_s=waited_s(record, now_s),
             ):
                 try:
-                    self.repository.record_submission(ingest.to_submission_record(record))
+                    self.repository.record_submission(wrapper_spool.to_submission_record(record))
                 except AsrptError:
                     raise  # the database is down: the record waits in the spool
                 except Exception as error:  # this record only: set it aside, the cycle goes on
-                    ingest.set_aside(record, f"storing it failed: {type(error).__name__}: {error}")
+                    wrapper_spool.set_aside(record, f"storing it failed: {type(error).__name__}: {error}")
                     continue
-                ingest.remove(record)
+                wrapper_spool.remove(record)
                 accepted += 1
         self.stats.spool_accepted += accepted
         self._spool_ages.keep_only(seen)

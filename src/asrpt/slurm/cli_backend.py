@@ -105,6 +105,7 @@ from asrpt.slurm.parsing import (
     compress_nodelist,
     expand_nodelist,
     failed_job_ids,
+    job_id_order_key,
     parse_jobcomp_lines,
     parse_nodes_json,
     parse_sacct,
@@ -616,8 +617,8 @@ class SlurmCliBackend:
         # Only now, when everything parsed: a failed poll leaves the previous view in place.
         self._jobs, self._nodes, self._layout = job_map, nodes, layout
         self._held = {j for j in self._held if j in job_map and job_map[j].is_pending}
-        pending.sort(key=lambda j: (j.submit_time_s, _id_key(j.job_id)))
-        running.sort(key=lambda r: _id_key(r.job.job_id))
+        pending.sort(key=lambda j: (j.submit_time_s, job_id_order_key(j.job_id)))
+        running.sort(key=lambda r: job_id_order_key(r.job.job_id))
         return ClusterSnapshot(partitions=layout.partitions, nodes=tuple(core_nodes),
                                pending=tuple(pending), running=tuple(running))
 
@@ -936,7 +937,7 @@ class SlurmCliBackend:
         #    writes of the same value (the tail beyond ordered_limit) go several jobs per call.
         rank = {jid: i for i, jid in enumerate(order)}
         batched: dict[int, list[str]] = {}
-        for jid in sorted(wants, key=lambda j: (rank.get(j, len(rank)), _id_key(j))):
+        for jid in sorted(wants, key=lambda j: (rank.get(j, len(rank)), job_id_order_key(j))):
             want = wants[jid]
             sj = self._jobs[jid] if self._jobs and jid in self._jobs else want.job
             if want.hold and jid not in self._held:
@@ -1037,7 +1038,7 @@ class SlurmCliBackend:
             for record in parse_sacct(result.stdout):
                 if record.end_time_s >= since_s:
                     found.setdefault(record.job_id, record)
-        return tuple(sorted(found.values(), key=lambda r: (r.end_time_s, _id_key(r.job_id))))
+        return tuple(sorted(found.values(), key=lambda r: (r.end_time_s, job_id_order_key(r.job_id))))
 
     def _read_jobcomp(self, since_s: float) -> list[FinishedJob]:
         path = self.config.jobcomp_log
@@ -1086,7 +1087,4 @@ def _chunks(items: Sequence[str], size: int = _BATCH) -> Iterable[list[str]]:
         yield list(items[start:start + size])
 
 
-def _id_key(job_id: str) -> tuple[int, str]:
-    head = job_id.split("_", 1)[0].split("+", 1)[0]
-    return (int(head), job_id) if head.isdigit() else (0, job_id)
 

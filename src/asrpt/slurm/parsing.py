@@ -100,6 +100,20 @@ def parse_job_id(text: str) -> str:
     return value
 
 
+#: Sorts ids that do not start with a Slurm job number after every id that does.
+_AFTER_EVERY_JOB_ID = 2**63
+
+
+def job_id_order_key(job_id: str) -> tuple[int, int, str]:
+    """The one order of job ids: by job number, an array's tasks by task number after the
+    array itself (``42`` < ``42_2`` < ``42_10`` < ``43``, a het job's ``42+1`` with ``42``),
+    and ids that are not Slurm's (no leading number) after all of Slurm's, by their text."""
+    head, _, task = job_id.split("+", 1)[0].partition("_")
+    if not head.isdigit():
+        return (_AFTER_EVERY_JOB_ID, 0, job_id)
+    return (int(head), int(task) if task.isdigit() else -1, job_id)
+
+
 def parse_job_ids(text: str) -> tuple[str, ...]:
     """Job ids separated by newlines, spaces or commas (``squeue -h -o %i``); empty -> ()."""
     return tuple(parse_job_id(token) for token in re.split(r"[\s,]+", text or "") if token)

@@ -36,7 +36,7 @@ The sbatch semantics below were checked against Slurm 22.05 (Debian 12), option 
 ``tp=auto`` (the daemon picks the tensor-parallel degree and the partition from the
 deployment optimiser's plan) or ``tp=N``. A bad value is ignored with a warning that names
 the directive; nothing in them can raise a job's priority by itself (see
-:mod:`asrpt.submit_wrapper.ingest`). The serving model's name is recorded as given: whether
+:mod:`asrpt.ingest.wrapper_spool`). The serving model's name is recorded as given: whether
 asrpt knows the model is the daemon's question (it says so in its log and schedules the job
 as an ordinary one), never a reason to touch the submission.
 

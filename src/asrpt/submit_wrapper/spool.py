@@ -56,7 +56,7 @@ A record (format version 1; every string is UTF-8, undecodable bytes replaced)::
 "sbatch" holds the options of the first job component, ``#SBATCH`` lines overridden by the
 command line (as sbatch applies them; ``SBATCH_*`` environment variables are not read).
 Nothing in a record is trusted by the daemon except through the file's owner; see
-:mod:`asrpt.submit_wrapper.ingest`.
+:mod:`asrpt.ingest.wrapper_spool`.
 """
 
 from __future__ import annotations

@@ -215,3 +215,24 @@ def test_strict_walk_behind_a_blocked_head_is_bounded_by_the_depth():
     shallow = run(queue, _two_partition_snapshot(), speed=flat_speed_table(), mode="strict", comm_heavy_tau=0.0, backfill_depth=3)
     deep = run(queue, _two_partition_snapshot(), speed=flat_speed_table(), mode="strict", comm_heavy_tau=0.0, backfill_depth=4)
     assert shallow.starts == [] and [p.job_id for p in deep.starts] == ["b-job"]
+
+
+def test_backfill_refuses_a_job_whose_actual_placement_runs_past_the_reservation():
+    """A job that would end before the head's reserved start at its ideal per-iteration time,
+    but whose only placement now is slower and so still runs at the shadow time on the
+    accelerator the head needs, must not start (EASY backfill's promise to the head)."""
+    snapshot = _blocked_head_snapshot()  # head reserved on n0 from t=100; placements run 1 s/iteration
+    ideal_s = {"head": 1.0, "slow": 0.1}
+
+    def starts(slow_iterations):
+        result = dispatch(
+            [flat_job("head", 4, 10.0), flat_job("slow", 1, slow_iterations)], snapshot, 0.0,
+            speed=flat_speed_table(), options=DispatchOptions(mode="backfill", comm_heavy_tau=0.0),
+            runtime_s=lambda job, a: (job.predicted_iterations or 0.0) * a,
+            alpha_min_s=lambda job: ideal_s[job.job_id], first_blocked_s={},
+        )
+        return [p.job_id for p in result.starts], result.reasons
+
+    started, reasons = starts(500.0)  # ideally ends at t=50, really at t=500
+    assert started == [] and "would delay the reserved start of head" in reasons["slow"]
+    assert starts(90.0)[0] == ["slow"]  # really ends at t=90, before the head's start

@@ -7,7 +7,7 @@ import json
 import os
 
 from asrpt.daemon.spool_ages import SpoolWaitAges
-from asrpt.submit_wrapper import ingest
+from asrpt.ingest import wrapper_spool
 
 
 class SteppedClocks:
@@ -50,10 +50,10 @@ def test_a_waiting_wrapper_record_survives_a_forward_step(tmp_path) -> None:
     path = spool_dir / "1-77.json"
     path.write_text(json.dumps(document))
     os.chmod(path, 0o600)
-    [record] = ingest.read_spool(str(spool_dir))
+    [record] = wrapper_spool.read_spool(str(spool_dir))
     two_days_on_s = record.spooled_at_s + 2 * 86400.0
     # The wall clock says two days; the daemon has watched the record for a second.
-    assert not ingest.accept_record(record, lambda _job: None, now_s=two_days_on_s, max_pending_age_s=86400.0, age_s=1.0)
+    assert not wrapper_spool.accept_record(record, lambda _job: None, now_s=two_days_on_s, max_pending_age_s=86400.0, age_s=1.0)
     assert path.exists()
-    assert not ingest.accept_record(record, lambda _job: None, now_s=two_days_on_s, max_pending_age_s=86400.0)
+    assert not wrapper_spool.accept_record(record, lambda _job: None, now_s=two_days_on_s, max_pending_age_s=86400.0)
     assert not path.exists()  # without the daemon's own clock it expired

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from asrpt.submit_wrapper import spool
-from tests.unit.submit_wrapper.test_ingest import record_document
+from tests.unit.ingest.test_wrapper_spool import record_document
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the record's owner must be the job's user (root here)")
 

@@ -8,6 +8,9 @@ import time
 
 import pytest
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from asrpt.exceptions import SlurmOutputMalformed, SlurmUnreachable
 from asrpt.slurm.parsing import (
     compress_nodelist,
@@ -540,3 +543,17 @@ def test_jobcomp_an_array_task_is_recorded_as_array_underscore_task():
     line = line.replace(" DerivedExitCode=", " ArrayJobId=10 ArrayTaskId=2 DerivedExitCode=")
     assert parse_jobcomp_line(line).job_id == "10_2"
     assert parse_jobcomp_line(jobcomp_line(12, "alice", 1001, "x", "2026-12-02T10:00:01", "2026-12-02T10:00:05")).job_id == "12"
+
+
+def test_job_ids_order_by_number_then_task_with_foreign_ids_last():
+    from asrpt.slurm.parsing import job_id_order_key
+
+    ids = ["h7", "43", "42_10", "9", "42", "42_2", "42+1", "abc", "1000"]
+    assert sorted(ids, key=job_id_order_key) == ["9", "42", "42+1", "42_2", "42_10", "43", "1000", "abc", "h7"]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**12), unique=True))
+def test_plain_job_ids_order_as_their_numbers(numbers):
+    from asrpt.slurm.parsing import job_id_order_key
+
+    assert sorted((str(n) for n in numbers), key=job_id_order_key) == [str(n) for n in sorted(numbers)]

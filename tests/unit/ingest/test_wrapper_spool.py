@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from asrpt.submit_wrapper import spool
-from asrpt.submit_wrapper.ingest import accept_record, read_spool, remove, to_submission_record
+from asrpt.ingest.wrapper_spool import accept_record, read_spool, remove, to_submission_record
 
-from .wrapper_helpers import STUB
+from tests.unit.submit_wrapper.wrapper_helpers import STUB
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: spool files are chowned to other users")
 
@@ -94,7 +94,7 @@ def test_the_owner_comes_from_the_file_not_the_record(spool_dir):
 def test_a_record_for_someone_elses_job_is_discarded(spool_dir, caplog):
     put(spool_dir, "r.json", record_document("42"), uid=NOBODY.pw_uid)
     [record] = read_spool(spool_dir)
-    with caplog.at_level(logging.WARNING, logger="asrpt.submit_wrapper.ingest"):
+    with caplog.at_level(logging.WARNING, logger="asrpt.ingest.wrapper_spool"):
         assert accept_record(record, {"42": "root"}.get) is False
     assert not (spool_dir / "r.json").exists() and rejected(spool_dir) == ["r.json"]
     [message] = [r for r in caplog.records if getattr(r, "action", None) == "spool_forged"]
@@ -172,7 +172,7 @@ BAD_DOCUMENTS = {
 @pytest.mark.parametrize("name", sorted(BAD_DOCUMENTS))
 def test_malformed_records_are_moved_to_rejected(spool_dir, name, caplog):
     put(spool_dir, f"{name}.json", BAD_DOCUMENTS[name])
-    with caplog.at_level(logging.WARNING, logger="asrpt.submit_wrapper.ingest"):
+    with caplog.at_level(logging.WARNING, logger="asrpt.ingest.wrapper_spool"):
         assert read_spool(spool_dir) == []
     assert rejected(spool_dir) == [f"{name}.json"]
     assert any("refusing spool file" in r.getMessage() for r in caplog.records)
@@ -267,7 +267,7 @@ def test_old_rejected_files_are_pruned(spool_dir):
 
 
 def test_a_missing_spool_yields_nothing(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="asrpt.submit_wrapper.ingest"):
+    with caplog.at_level(logging.WARNING, logger="asrpt.ingest.wrapper_spool"):
         assert read_spool(tmp_path / "absent") == []
     assert "does not exist" in caplog.text
 
@@ -475,7 +475,7 @@ def test_records_the_history_could_not_hold_are_rejected_when_read(spool_dir, co
 
 
 def test_a_record_that_cannot_be_stored_is_set_aside_in_bad_and_kept(spool_dir):
-    from asrpt.submit_wrapper.ingest import set_aside
+    from asrpt.ingest.wrapper_spool import set_aside
 
     put(spool_dir, "a.json", record_document("7"))
     put(spool_dir, "b.json", record_document("8"))

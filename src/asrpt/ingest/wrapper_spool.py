@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asrpt.comment_hints import MAX_NAME_CHARS
+from asrpt.db.repository import SubmissionRecord
 from asrpt.submit_wrapper import spool
 
 logger = logging.getLogger(__name__)
@@ -529,7 +530,7 @@ def set_aside(record: Any, reason: str) -> bool:
     return True
 
 
-def to_submission_record(record: SpoolRecord) -> Any:
+def to_submission_record(record: SpoolRecord) -> SubmissionRecord:
     """The repository's :class:`~asrpt.db.repository.SubmissionRecord` for an accepted record.
 
     User and uid are the file owner's; the submit time is when the file appeared (the
@@ -538,8 +539,6 @@ def to_submission_record(record: SpoolRecord) -> Any:
     account, partitions, resources, time limit: ``SBATCH_*`` variables and defaults also set
     them) are left None for Slurm to fill.
     """
-    from asrpt.db.repository import SubmissionRecord
-
     if record.owner_name is None:
         raise ValueError(f"{record.path}: the owner uid {record.owner_uid} has no user name")
     return SubmissionRecord(

@@ -31,9 +31,10 @@ from asrpt.db.session import make_engine
 from asrpt.exceptions import DatabaseUnavailable
 from asrpt.slurm.cli_backend import format_admin_comment, split_admin_comment
 from asrpt.slurm.records import SlurmJob
-from asrpt.submit_wrapper import directives, plugin_ingest
-from asrpt.submit_wrapper.ingest import RecordFormatError
-from asrpt.submit_wrapper.plugin_ingest import (
+from asrpt.ingest import plugin_spool
+from asrpt.submit_wrapper import directives
+from asrpt.ingest.wrapper_spool import RecordFormatError
+from asrpt.ingest.plugin_spool import (
     PluginRecord,
     ingest_plugin_spool,
     match_plugin_records,
@@ -395,8 +396,8 @@ def test_another_trusted_owner_can_be_configured(tmp_path):
     spool_dir = make_spool(tmp_path)
     os.chown(spool_dir, NOBODY.pw_uid, NOBODY.pw_gid)
     put(spool_dir, "1-x.json", document(), owner=NOBODY.pw_uid)
-    assert len(read_plugin_spool(spool_dir, trusted_uids=plugin_ingest.uids_of(["nobody"]))) == 1
-    assert plugin_ingest.uids_of(["root", "0", "no-such-user-asrpt"]) == (0, 0)
+    assert len(read_plugin_spool(spool_dir, trusted_uids=plugin_spool.uids_of(["nobody"]))) == 1
+    assert plugin_spool.uids_of(["root", "0", "no-such-user-asrpt"]) == (0, 0)
 
 
 @needs_root

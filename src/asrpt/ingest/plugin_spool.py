@@ -52,12 +52,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from asrpt.db.repository import SubmissionRecord
 from asrpt.exceptions import AsrptError
+from asrpt.slurm.parsing import job_id_order_key
 from asrpt.submit_wrapper import directives
-from asrpt.submit_wrapper.ingest import RecordFormatError, _discard, _get, _prune_rejected, read_record_file
-from asrpt.submit_wrapper.ingest import reject as _reject_spool_file
-from asrpt.submit_wrapper.ingest import remove as _remove_spool_file
-from asrpt.submit_wrapper.ingest import set_aside
+from asrpt.ingest.wrapper_spool import RecordFormatError, _discard, _get, _prune_rejected, read_record_file
+from asrpt.ingest.wrapper_spool import reject as _reject_spool_file
+from asrpt.ingest.wrapper_spool import remove as _remove_spool_file
+from asrpt.ingest.wrapper_spool import set_aside
 from asrpt.submit_wrapper.spool import BAD_DIR, REJECTED_DIR, RECORD_SUFFIX, TEMP_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -447,7 +449,7 @@ def match_plugin_records(records: Iterable[PluginRecord], jobs: Mapping[str, Any
             by_token.setdefault(token, []).append(job_id)
     pairs: list[tuple[str, PluginRecord]] = []
     for record in records:
-        for job_id in sorted(by_token.get(record.token, ()), key=_id_key):
+        for job_id in sorted(by_token.get(record.token, ()), key=job_id_order_key):
             slurm_user = getattr(jobs[job_id], "user", "") or ""
             if record.user and slurm_user and record.user != slurm_user:
                 logger.warning(
@@ -458,10 +460,6 @@ def match_plugin_records(records: Iterable[PluginRecord], jobs: Mapping[str, Any
                 continue
             pairs.append((job_id, record))
     return pairs
-
-
-def _id_key(job_id: str) -> tuple[int, str]:
-    return (int(job_id), job_id) if job_id.isdigit() else (2**63, job_id)
 
 
 # ---- the history row ------------------------------------------------------------------------
@@ -519,15 +517,13 @@ def to_submission_record(
     job: Any = None,
     *,
     accelerator_gres: Sequence[str] = ("gpu", "npu"),
-) -> Any:
+) -> SubmissionRecord:
     """The repository's :class:`~asrpt.db.repository.SubmissionRecord` (``source="plugin"``).
 
     ``job`` is the matched :class:`~asrpt.slurm.records.SlurmJob` (optional): it supplies the
     submit time to the second (Slurm's own), the partition Slurm chose when the request named
     none, and node/task counts the request left unset.
     """
-    from asrpt.db.repository import SubmissionRecord
-
     asrpt = record.asrpt_fields()
     script_hash, group = record.script_identity()
     accelerators, accelerator_type = _accelerators(record, job, accelerator_gres)

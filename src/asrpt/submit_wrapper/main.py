@@ -135,8 +135,12 @@ def original_environ() -> dict[bytes, bytes]:
     return env
 
 
+#: The shell launcher's path, when it started us (set by :func:`main`).
+_SELF_PATHS_EXTRA: list[str] = []
+
+
 def _self_paths() -> list[str]:
-    paths = [os.path.abspath(__file__)]
+    paths = [os.path.abspath(__file__), *_SELF_PATHS_EXTRA]
     if sys.argv and sys.argv[0]:
         paths.append(sys.argv[0])
     return paths
@@ -198,20 +202,41 @@ _PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 _IGNORED: set[int] = set()
 
 
-def inherited_ignored() -> set[int]:
+#: Set by the asrpt-sbatch shell launcher (bin/asrpt-sbatch), which runs before Python: the
+#: hexadecimal SigIgn mask of /proc/self/status, and the name the launcher was invoked by.
+#: Both are removed from the environment sbatch gets.
+LAUNCHER_SIGIGN_ENV = "ASRPT_SBATCH_SIGIGN"
+LAUNCHER_ARGV0_ENV = "ASRPT_SBATCH_ARGV0"
+_LAUNCHER_ENV = (LAUNCHER_SIGIGN_ENV, LAUNCHER_ARGV0_ENV)
+
+
+def take_launcher_environ() -> dict[str, str]:
+    """Remove and return the launcher's variables (see :data:`LAUNCHER_SIGIGN_ENV`)."""
+    return {name: os.environ.pop(name) for name in _LAUNCHER_ENV if name in os.environ}
+
+
+def inherited_ignored(sigign_hex: str | None = None) -> set[int]:
     """The signals of interest that the caller left ignored (``nohup``, ``trap '' INT``).
 
     sbatch must get exactly the dispositions we were started with: an ignored signal stays
     ignored, everything else is at its default (exec resets caught ones). Python leaves every
     disposition as inherited, except that it installs its SIGINT handler only over SIG_DFL (an
     ignored SIGINT stays ignored: ``getsignal`` tells) and ignores SIGPIPE and SIGXFSZ before
-    any code of ours runs, so their inherited state is lost. For those two the default is
-    assumed (what a shell gives a command unless it was itself started with them ignored).
-    Must be called before we install any handler.
+    any code of ours runs, so their inherited state is lost to us. The shell launcher, which
+    runs before Python, reads it and passes its SigIgn mask (``sigign_hex``); without one
+    (``python -m``, a launcher of ``asrpt.submit_wrapper.launcher``) the default is assumed
+    for those two. Must be called before we install any handler.
     """
     ignored = set()
     for sig in _HANDLED_SIGNALS:
         if signal.getsignal(sig) == signal.SIG_IGN:
+            ignored.add(sig)
+    try:
+        mask = int((sigign_hex or "").strip(), 16) if (sigign_hex or "").strip() else 0
+    except ValueError:
+        mask = 0
+    for sig in (*_HANDLED_SIGNALS, *_PYTHON_IGNORES):
+        if mask >> (int(sig) - 1) & 1:
             ignored.add(sig)
     return ignored
 
@@ -580,19 +605,25 @@ def main(argv: list[str] | None = None) -> int:
     full = sys.argv if argv is None else argv
     args = list(full[1:])
     warnings = Warnings()
+    launcher = take_launcher_environ()
     try:
         _IGNORED.clear()
-        _IGNORED.update(inherited_ignored())
+        _IGNORED.update(inherited_ignored(launcher.get(LAUNCHER_SIGIGN_ENV)))
     except Exception:  # pragma: no cover - defensive
         pass
+    launcher_path = launcher.get(LAUNCHER_ARGV0_ENV)
+    if launcher_path:
+        _SELF_PATHS_EXTRA[:] = [launcher_path]
     try:
-        _ARGV0[0] = invoked_name(full[0] if full else None)
+        _ARGV0[0] = invoked_name(launcher_path or (full[0] if full else None))
     except Exception:  # pragma: no cover - defensive
         _ARGV0[0] = "sbatch"
     try:
         env = original_environ()
     except Exception:  # pragma: no cover - defensive: fall back to Python's view
         env = dict(os.environb)
+    for name in _LAUNCHER_ENV:
+        env.pop(name.encode(), None)
     try:
         config, problems = load_wrapper_config(os.environ, _self_paths())
     except Exception as exc:  # pragma: no cover - load_wrapper_config does not raise

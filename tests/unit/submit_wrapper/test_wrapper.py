@@ -204,6 +204,9 @@ def test_environment_reaches_sbatch_unchanged(tmp_path, spool, job_script, local
     env = base_env(tmp_path, spool, STUB_DIR=str(stub_dir), WEIRD="a=b\tc")
     del env["LANG"]
     env.update(locale_env)
+    # Every shell exports PWD to the commands it runs; the installed launcher (a /bin/sh
+    # script) would add it if the caller had none (a known difference, bin/asrpt-sbatch).
+    env["PWD"] = os.getcwd()
     run_wrapper([str(job_script)], env)
     seen = dict(entry.split(b"=", 1) for entry in (stub_dir / "env").read_bytes().split(b"\0") if entry)
     assert seen == {k.encode(): v.encode() for k, v in env.items()}
